@@ -1,0 +1,7 @@
+//! Phi-4-multimodal-instruct ("Phi4MM") for Switchyard.
+//!
+//! Layout (see `docs/phi4mm.md`):
+//! - front end, backend-neutral: [`audio`] (WAV → log-mel features), [`image`] (dynamic-HD crops),
+//!   [`prompt`] (tokenizer, chat template, placeholders);
+//! - [`checkpoint`]: safetensors loading for both layouts and validation before compute;
+//! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections).

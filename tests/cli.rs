@@ -4,8 +4,16 @@ use std::process::Command;
 use switchyard_integration_tests::{plugin_lib, switchyard_bin, TempDir};
 
 fn switchyard(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(switchyard_bin()).args(args).env("RUST_LOG", "warn").output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(switchyard_bin())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
@@ -24,9 +32,18 @@ fn inspect_describes_compatible_and_incompatible_plugins() {
     let (ok, out, err) = switchyard(&["plugins", "inspect", bad.to_str().unwrap()]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["manifest"]["name"], "incompatible", "described from the JSON symbol");
+    assert_eq!(
+        v["manifest"]["name"], "incompatible",
+        "described from the JSON symbol"
+    );
     assert_eq!(v["check"]["compatible"], false);
-    assert!(v["check"]["reason"].as_str().unwrap().contains("type layouts differ"), "{v}");
+    assert!(
+        v["check"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("type layouts differ"),
+        "{v}"
+    );
 }
 
 #[test]
@@ -81,7 +98,15 @@ fn run_streams_one_answer_to_the_terminal() {
         ),
     )
     .unwrap();
-    let (ok, out, err) = switchyard(&["run", "--config", config.to_str().unwrap(), "--model", "bot", "--prompt", "hi from the cli"]);
+    let (ok, out, err) = switchyard(&[
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        "--model",
+        "bot",
+        "--prompt",
+        "hi from the cli",
+    ]);
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "hi from the cli");
     assert!(err.contains("bot via echo@1.0.0"), "{err}");

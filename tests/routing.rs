@@ -86,42 +86,73 @@ async fn routes_by_name_modality_header_and_weight() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| format!("{}@{}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+        .map(|p| {
+            format!(
+                "{}@{}",
+                p["name"].as_str().unwrap(),
+                p["version"].as_str().unwrap()
+            )
+        })
         .collect();
-    assert_eq!(versions, ["echo@1.0.0", "echo@2.0.0", "mirror@0.3.0"], "two plugins, two versions of one");
+    assert_eq!(
+        versions,
+        ["echo@1.0.0", "echo@2.0.0", "mirror@0.3.0"],
+        "two plugins, two versions of one"
+    );
 
     // Weighted 3:1 split, deterministic over any window of 4.
     let mut served = Vec::new();
     for _ in 0..8 {
-        let reply = server.chat(json!({"model": "assistant", "messages": user("hi")})).await;
+        let reply = server
+            .chat(json!({"model": "assistant", "messages": user("hi")}))
+            .await;
         assert_eq!(reply.status, 200);
         served.push(reply.plugin);
     }
-    assert_eq!(served.iter().filter(|p| *p == "echo@1.0.0").count(), 6, "{served:?}");
-    assert_eq!(served.iter().filter(|p| *p == "echo@2.0.0").count(), 2, "{served:?}");
+    assert_eq!(
+        served.iter().filter(|p| *p == "echo@1.0.0").count(),
+        6,
+        "{served:?}"
+    );
+    assert_eq!(
+        served.iter().filter(|p| *p == "echo@2.0.0").count(),
+        2,
+        "{served:?}"
+    );
 
     // An alias of the same route.
-    let reply = server.chat(json!({"model": "gpt-4o-mini", "messages": user("hi")})).await;
+    let reply = server
+        .chat(json!({"model": "gpt-4o-mini", "messages": user("hi")}))
+        .await;
     assert!(reply.instance == "stable" || reply.instance == "canary");
 
     // Header pins the canary whatever the weights say.
     for _ in 0..4 {
-        let reply = server.chat_with(json!({"model": "assistant", "messages": user("hi")}), &[("x-canary", "yes")]).await;
+        let reply = server
+            .chat_with(
+                json!({"model": "assistant", "messages": user("hi")}),
+                &[("x-canary", "yes")],
+            )
+            .await;
         assert_eq!(reply.instance, "canary");
         assert_eq!(reply.plugin, "echo@2.0.0");
     }
 
     // Modality: an image goes to the mirror plugin.
     let reply = server
-        .chat(json!({"model": "assistant", "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}))
+        .chat(
+            json!({"model": "assistant", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}),
+        )
         .await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     assert_eq!(reply.instance, "vision");
     assert_eq!(reply.plugin, "mirror@0.3.0");
 
     // Instances are addressable by name too.
-    let reply = server.chat(json!({"model": "canary", "messages": user("direct")})).await;
+    let reply = server
+        .chat(json!({"model": "canary", "messages": user("direct")}))
+        .await;
     assert_eq!(reply.instance, "canary");
 }
 
@@ -132,20 +163,36 @@ async fn fallback_when_full_then_429_with_retry_after() {
     // Occupy `tiny` (max_in_flight 1) with a slow stream.
     let http = server.http.clone();
     let url = format!("{}/v1/chat/completions", server.base);
-    let busy = tokio::spawn(async move { http.post(url).json(&long).send().await.unwrap().text().await.unwrap() });
+    let busy = tokio::spawn(async move {
+        http.post(url)
+            .json(&long)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The route with a fallback goes to tiny-backup.
-    let reply = server.chat(json!({"model": "limited", "messages": user("x")})).await;
+    let reply = server
+        .chat(json!({"model": "limited", "messages": user("x")}))
+        .await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     assert_eq!(reply.instance, "tiny-backup");
 
     // The route without one is refused with 429 and Retry-After.
-    let reply = server.chat(json!({"model": "limited-alone", "messages": user("x")})).await;
+    let reply = server
+        .chat(json!({"model": "limited-alone", "messages": user("x")}))
+        .await;
     assert_eq!(reply.status, 429, "{:?}", reply.body);
     assert_eq!(reply.retry_after, "2");
     assert_eq!(reply.body["error"]["type"], "rate_limit_error");
-    assert!(reply.body["error"]["message"].as_str().unwrap().contains("max_in_flight"));
+    assert!(reply.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_in_flight"));
     busy.await.unwrap();
 
     // The plugin's own queue bound also maps to 429: `slow` has 2 slots and no queue.
@@ -154,10 +201,21 @@ async fn fallback_when_full_then_429_with_retry_after() {
         let http = server.http.clone();
         let url = format!("{}/v1/chat/completions", server.base);
         let body = json!({"model": "slow", "messages": user("a b c d e f g h"), "stream": true});
-        holders.push(tokio::spawn(async move { http.post(url).json(&body).send().await.unwrap().text().await.unwrap() }));
+        holders.push(tokio::spawn(async move {
+            http.post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }));
     }
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let reply = server.chat(json!({"model": "slow", "messages": user("x")})).await;
+    let reply = server
+        .chat(json!({"model": "slow", "messages": user("x")}))
+        .await;
     assert_eq!(reply.status, 429, "{:?}", reply.body);
     for h in holders {
         h.await.unwrap();
@@ -169,11 +227,23 @@ async fn a_client_that_disconnects_mid_stream_frees_the_slot() {
     use futures_util::StreamExt;
     let server = Server::start(&config()).await;
     let body = json!({"model": "slow", "messages": user(&"w ".repeat(200)), "stream": true});
-    let response = server.http.post(format!("{}/v1/chat/completions", server.base)).json(&body).send().await.unwrap();
+    let response = server
+        .http
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     let mut stream = response.bytes_stream();
     let _first = stream.next().await.unwrap().unwrap();
     let slow = |status: &serde_json::Value| {
-        status["instances"].as_array().unwrap().iter().find(|i| i["name"] == "slow").unwrap().clone()
+        status["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == "slow")
+            .unwrap()
+            .clone()
     };
     let during = slow(&server.status().await);
     assert_eq!(during["stats"]["running"], 1, "{during}");

@@ -7,7 +7,11 @@ use std::{io::Write, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Ar
 use switchyard_plugin_api::{Endpoint, Event, Message, Part, Request, Role, SamplingParams};
 
 #[derive(Parser)]
-#[command(name = "switchyard", version, about = "An inference router that many model plugins share")]
+#[command(
+    name = "switchyard",
+    version,
+    about = "An inference router that many model plugins share"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -77,12 +81,26 @@ pub fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Serve { config, listen, admin_listen } => serve(config, listen, admin_listen),
-        Command::Run { config, model, prompt, image, audio, max_tokens, temperature } => {
-            run(config, model, prompt, image, audio, max_tokens, temperature)
-        }
-        Command::Plugins { command: PluginsCommand::Inspect { file } } => inspect(file),
-        Command::Config { command: ConfigCommand::Check { file } } => check(file),
+        Command::Serve {
+            config,
+            listen,
+            admin_listen,
+        } => serve(config, listen, admin_listen),
+        Command::Run {
+            config,
+            model,
+            prompt,
+            image,
+            audio,
+            max_tokens,
+            temperature,
+        } => run(config, model, prompt, image, audio, max_tokens, temperature),
+        Command::Plugins {
+            command: PluginsCommand::Inspect { file },
+        } => inspect(file),
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => check(file),
     };
     match result {
         Ok(code) => code,
@@ -95,18 +113,33 @@ pub fn main() -> ExitCode {
 
 fn runtime_for(path: &std::path::Path) -> anyhow::Result<(Arc<Runtime>, config::ValidConfig)> {
     let config = config::load(path)?;
-    let cache_dir = config.server.cache_dir.clone().unwrap_or_else(config::default_cache_dir);
+    let cache_dir = config
+        .server
+        .cache_dir
+        .clone()
+        .unwrap_or_else(config::default_cache_dir);
     let runtime = Runtime::new(Some(path.to_path_buf()), cache_dir)?;
     Ok((runtime, config))
 }
 
-fn serve(path: PathBuf, listen: Option<SocketAddr>, admin_listen: Option<SocketAddr>) -> anyhow::Result<ExitCode> {
+fn serve(
+    path: PathBuf,
+    listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
+) -> anyhow::Result<ExitCode> {
     let (runtime, config) = runtime_for(&path)?;
     let listen = listen.unwrap_or(config.server.listen.parse()?);
     let admin = match admin_listen {
-        Some(a) if !a.ip().is_loopback() => anyhow::bail!("--admin-listen {a} is not a loopback address"),
+        Some(a) if !a.ip().is_loopback() => {
+            anyhow::bail!("--admin-listen {a} is not a loopback address")
+        }
         Some(a) => Some(a),
-        None => config.server.admin_listen.as_deref().map(str::parse).transpose()?,
+        None => config
+            .server
+            .admin_listen
+            .as_deref()
+            .map(str::parse)
+            .transpose()?,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
@@ -132,8 +165,15 @@ fn run(
         parts.push(Part::Image(RVec::from(std::fs::read(image)?)));
     }
     for audio in &audios {
-        let format = audio.extension().and_then(|e| e.to_str()).unwrap_or_default().to_string();
-        parts.push(Part::Audio { data: RVec::from(std::fs::read(audio)?), format: format.into() });
+        let format = audio
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default()
+            .to_string();
+        parts.push(Part::Audio {
+            data: RVec::from(std::fs::read(audio)?),
+            format: format.into(),
+        });
     }
     if !prompt.is_empty() {
         parts.push(Part::Text(prompt.into()));
@@ -141,7 +181,11 @@ fn run(
     let request = Request {
         id: 1,
         endpoint: Endpoint::Chat,
-        messages: vec![Message { role: Role::User, parts: parts.into() }].into(),
+        messages: vec![Message {
+            role: Role::User,
+            parts: parts.into(),
+        }]
+        .into(),
         sampling: SamplingParams {
             max_tokens: max_tokens.map_or(ROption::RNone, ROption::RSome),
             temperature,
@@ -156,7 +200,12 @@ fn run(
         .routes
         .iter()
         .filter(|r| r.models.contains(&model))
-        .flat_map(|r| r.backends.iter().map(|b| b.model.clone()).chain(r.fallbacks.iter().cloned()))
+        .flat_map(|r| {
+            r.backends
+                .iter()
+                .map(|b| b.model.clone())
+                .chain(r.fallbacks.iter().cloned())
+        })
         .chain(std::iter::once(model.clone()))
         .collect();
     config.config.models.retain(|m| wanted.contains(&m.name));
@@ -165,8 +214,14 @@ fn run(
     rt.block_on(async move {
         runtime.apply(config).await?;
         let generation = runtime.current();
-        let candidates = generation.table.resolve(&model, modality, &Default::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let instance = candidates.first().expect("resolve returns at least one").clone();
+        let candidates = generation
+            .table
+            .resolve(&model, modality, &Default::default())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let instance = candidates
+            .first()
+            .expect("resolve returns at least one")
+            .clone();
         let (mut admission, mut events) = instance
             .submit(request)
             .map_err(|r| anyhow::anyhow!("{} refused the request: {r:?}", instance.name))?;
@@ -208,7 +263,8 @@ fn run(
 
 fn inspect(file: PathBuf) -> anyhow::Result<ExitCode> {
     let sha256 = registry::file_sha256(&file)?;
-    let text = registry::read_manifest_text(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let text = registry::read_manifest_text(&file)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let manifest: serde_json::Value = serde_json::from_str(&text)?;
     // The layout check runs on a private copy, exactly as the registry would load it.
     let dir = std::env::temp_dir().join(format!("switchyard-inspect-{}", std::process::id()));
@@ -255,9 +311,17 @@ fn check(file: PathBuf) -> anyhow::Result<ExitCode> {
                         switchyard_plugin_api::API_VERSION
                     ));
                 }
-                for (j, model) in config.models.iter().enumerate().filter(|(_, m)| m.plugin == plugin.name) {
+                for (j, model) in config
+                    .models
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.plugin == plugin.name)
+                {
                     if manifest.kind(&model.kind).is_none() {
-                        problems.push(format!("models[{j}].kind: plugin {} has no kind {:?}", plugin.name, model.kind));
+                        problems.push(format!(
+                            "models[{j}].kind: plugin {} has no kind {:?}",
+                            plugin.name, model.kind
+                        ));
                     }
                 }
             }

@@ -188,7 +188,11 @@ impl std::ops::Deref for ValidConfig {
 /// Reads `path` and applies `SWITCHYARD__...` environment overrides, then validates.
 pub fn load(path: &Path) -> Result<ValidConfig, ConfigErrors> {
     let built = config::Config::builder()
-        .add_source(config::File::from(path).format(config::FileFormat::Toml).required(true))
+        .add_source(
+            config::File::from(path)
+                .format(config::FileFormat::Toml)
+                .required(true),
+        )
         .add_source(
             config::Environment::with_prefix("SWITCHYARD")
                 .prefix_separator("__")
@@ -197,8 +201,9 @@ pub fn load(path: &Path) -> Result<ValidConfig, ConfigErrors> {
         )
         .build()
         .map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;
-    let config: Config =
-        built.try_deserialize().map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;
+    let config: Config = built
+        .try_deserialize()
+        .map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;
     let base = path.parent().unwrap_or(Path::new("."));
     validate(config, base, Some(path.to_path_buf()))
 }
@@ -209,22 +214,33 @@ pub fn from_toml_str(text: &str, base: &Path) -> Result<ValidConfig, ConfigError
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .build()
         .map_err(|e| ConfigErrors(vec![e.to_string()]))?;
-    let config: Config = built.try_deserialize().map_err(|e| ConfigErrors(vec![e.to_string()]))?;
+    let config: Config = built
+        .try_deserialize()
+        .map_err(|e| ConfigErrors(vec![e.to_string()]))?;
     validate(config, base, None)
 }
 
 /// Checks the config as a whole: every reference resolves, names are unique, values are sane.
 /// Plugin files are only checked for existence here; the registry checks their contents.
-pub fn validate(mut config: Config, base: &Path, source: Option<PathBuf>) -> Result<ValidConfig, ConfigErrors> {
+pub fn validate(
+    mut config: Config,
+    base: &Path,
+    source: Option<PathBuf>,
+) -> Result<ValidConfig, ConfigErrors> {
     let mut errors = Vec::new();
     let server = &config.server;
     if server.listen.parse::<SocketAddr>().is_err() {
-        errors.push(format!("server.listen: {:?} is not an address like 127.0.0.1:8080", server.listen));
+        errors.push(format!(
+            "server.listen: {:?} is not an address like 127.0.0.1:8080",
+            server.listen
+        ));
     }
     if let Some(admin) = &server.admin_listen {
         match admin.parse::<SocketAddr>() {
             Ok(addr) if addr.ip().is_loopback() => {}
-            Ok(_) => errors.push(format!("server.admin_listen: {admin} is not a loopback address")),
+            Ok(_) => errors.push(format!(
+                "server.admin_listen: {admin} is not a loopback address"
+            )),
             Err(_) => errors.push(format!("server.admin_listen: {admin:?} is not an address")),
         }
     }
@@ -245,13 +261,19 @@ pub fn validate(mut config: Config, base: &Path, source: Option<PathBuf>) -> Res
             errors.push(format!("{key}.name: must not be empty"));
         }
         if !plugin_names.insert(plugin.name.clone()) {
-            errors.push(format!("{key}.name: duplicate plugin name {:?}", plugin.name));
+            errors.push(format!(
+                "{key}.name: duplicate plugin name {:?}",
+                plugin.name
+            ));
         }
         if plugin.path.is_relative() {
             plugin.path = base.join(&plugin.path);
         }
         if !plugin.path.is_file() {
-            errors.push(format!("{key}.path: no such file {}", plugin.path.display()));
+            errors.push(format!(
+                "{key}.path: no such file {}",
+                plugin.path.display()
+            ));
         }
         if let Some(pin) = &plugin.sha256 {
             if pin.len() != 64 || !pin.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -286,7 +308,9 @@ pub fn validate(mut config: Config, base: &Path, source: Option<PathBuf>) -> Res
     for (i, route) in config.routes.iter().enumerate() {
         let key = format!("routes[{i}]");
         if route.models.is_empty() || route.models.iter().any(String::is_empty) {
-            errors.push(format!("{key}.models: list at least one non-empty requested model name"));
+            errors.push(format!(
+                "{key}.models: list at least one non-empty requested model name"
+            ));
         }
         for (j, m) in route.modalities.iter().enumerate() {
             if Modality::parse(m).is_none() {
@@ -295,7 +319,10 @@ pub fn validate(mut config: Config, base: &Path, source: Option<PathBuf>) -> Res
         }
         if let Some(h) = &route.header {
             if axum::http::HeaderName::try_from(h.name.as_str()).is_err() {
-                errors.push(format!("{key}.header.name: {:?} is not a header name", h.name));
+                errors.push(format!(
+                    "{key}.header.name: {:?} is not a header name",
+                    h.name
+                ));
             }
         }
         if route.backends.is_empty() {
@@ -306,7 +333,10 @@ pub fn validate(mut config: Config, base: &Path, source: Option<PathBuf>) -> Res
         }
         for (j, b) in route.backends.iter().enumerate() {
             if !model_names.contains(&b.model) {
-                errors.push(format!("{key}.backends[{j}].model: unknown model {:?}", b.model));
+                errors.push(format!(
+                    "{key}.backends[{j}].model: unknown model {:?}",
+                    b.model
+                ));
             }
         }
         for (j, f) in route.fallbacks.iter().enumerate() {
@@ -352,7 +382,9 @@ pub fn default_cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir).join("switchyard");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("switchyard")
 }
 

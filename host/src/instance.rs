@@ -100,7 +100,12 @@ impl Drop for Admission {
 }
 
 impl Instance {
-    pub fn new(config: &ModelConfig, plugin: Arc<LoadedPlugin>, kind: ModelKindInfo, model: ModelBox) -> Self {
+    pub fn new(
+        config: &ModelConfig,
+        plugin: Arc<LoadedPlugin>,
+        kind: ModelKindInfo,
+        model: ModelBox,
+    ) -> Self {
         Self {
             name: config.name.clone(),
             kind,
@@ -165,11 +170,19 @@ impl Instance {
             )));
         }
         if self.state() != InstanceState::Ready {
-            return Err(Refusal::Unavailable(format!("model {} is {:?}", self.name, self.state())));
+            return Err(Refusal::Unavailable(format!(
+                "model {} is {:?}",
+                self.name,
+                self.state()
+            )));
         }
         // Admission: reserve a slot first, give it back if over the limit.
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let mut admission = Admission { instance: self.clone(), request_id: request.id, finished: true };
+        let mut admission = Admission {
+            instance: self.clone(),
+            request_id: request.id,
+            finished: true,
+        };
         if before >= self.max_in_flight {
             return Err(Refusal::Full(format!(
                 "model {} has {} requests in flight (max_in_flight {})",
@@ -179,7 +192,10 @@ impl Instance {
         let (sink, rx) = sink::channel();
         let guard = self.model.read().unwrap();
         let Some(model) = guard.as_ref() else {
-            return Err(Refusal::Unavailable(format!("model {} is stopped", self.name)));
+            return Err(Refusal::Unavailable(format!(
+                "model {} is stopped",
+                self.name
+            )));
         };
         match model.submit(request, sink) {
             RResult::ROk(()) => {
@@ -187,8 +203,12 @@ impl Instance {
                 Ok((admission, rx))
             }
             RResult::RErr(e) => Err(match e.kind {
-                switchyard_plugin_api::ErrorKind::Overloaded => Refusal::Full(e.message.to_string()),
-                switchyard_plugin_api::ErrorKind::Unavailable => Refusal::Unavailable(e.message.to_string()),
+                switchyard_plugin_api::ErrorKind::Overloaded => {
+                    Refusal::Full(e.message.to_string())
+                }
+                switchyard_plugin_api::ErrorKind::Unavailable => {
+                    Refusal::Unavailable(e.message.to_string())
+                }
                 _ => Refusal::Failed(e),
             }),
         }
@@ -204,7 +224,10 @@ impl Instance {
     pub fn stats(&self) -> ModelStats {
         match &*self.model.read().unwrap() {
             Some(model) => model.stats(),
-            None => ModelStats { details_json: "{}".into(), ..Default::default() },
+            None => ModelStats {
+                details_json: "{}".into(),
+                ..Default::default()
+            },
         }
     }
 
@@ -258,6 +281,11 @@ pub fn endpoint_name(endpoint: Endpoint) -> &'static str {
 pub fn fingerprint(config: &ModelConfig, plugin_sha: &str) -> String {
     format!(
         "{}|{}|{}|{}|{:?}|{}",
-        config.plugin, plugin_sha, config.kind, config.settings, config.threads, config.max_in_flight
+        config.plugin,
+        plugin_sha,
+        config.kind,
+        config.settings,
+        config.threads,
+        config.max_in_flight
     )
 }

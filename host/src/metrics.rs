@@ -51,7 +51,9 @@ impl Metrics {
             requests: Family::default(),
             errors: Family::default(),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
-            time_to_first_token: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            time_to_first_token: Family::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            ),
             reloads: Family::default(),
             in_flight: Family::default(),
             queue_depth: Family::default(),
@@ -63,56 +65,132 @@ impl Metrics {
             loaded_libraries: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("requests", "Requests answered, by model, instance, plugin version and status", m.requests.clone());
-        registry.register("request_errors", "Failed requests by instance and error kind", m.errors.clone());
-        registry.register("request_duration_seconds", "Time from admission to the last byte", m.latency.clone());
-        registry.register("time_to_first_token_seconds", "Time from admission to the first token", m.time_to_first_token.clone());
-        registry.register("reloads", "Configuration reloads by result", m.reloads.clone());
-        registry.register("in_flight", "Requests admitted and not finished, per instance and plugin version", m.in_flight.clone());
-        registry.register("queue_depth", "Requests queued inside the plugin", m.queue_depth.clone());
-        registry.register("running", "Requests being computed inside the plugin", m.running.clone());
-        registry.register("free_slots", "Slots free inside the plugin", m.free_slots.clone());
-        registry.register("adapter_rows", "Running rows per adapter", m.adapter_rows.clone());
-        registry.register("instance_ready", "1 when the instance is ready, by state", m.instance_ready.clone());
-        registry.register("retired_libraries", "Plugin libraries mapped but no longer used", m.retired_libraries.clone());
-        registry.register("loaded_libraries", "Plugin libraries mapped in this process", m.loaded_libraries.clone());
+        registry.register(
+            "requests",
+            "Requests answered, by model, instance, plugin version and status",
+            m.requests.clone(),
+        );
+        registry.register(
+            "request_errors",
+            "Failed requests by instance and error kind",
+            m.errors.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time from admission to the last byte",
+            m.latency.clone(),
+        );
+        registry.register(
+            "time_to_first_token_seconds",
+            "Time from admission to the first token",
+            m.time_to_first_token.clone(),
+        );
+        registry.register(
+            "reloads",
+            "Configuration reloads by result",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "in_flight",
+            "Requests admitted and not finished, per instance and plugin version",
+            m.in_flight.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Requests queued inside the plugin",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "running",
+            "Requests being computed inside the plugin",
+            m.running.clone(),
+        );
+        registry.register(
+            "free_slots",
+            "Slots free inside the plugin",
+            m.free_slots.clone(),
+        );
+        registry.register(
+            "adapter_rows",
+            "Running rows per adapter",
+            m.adapter_rows.clone(),
+        );
+        registry.register(
+            "instance_ready",
+            "1 when the instance is ready, by state",
+            m.instance_ready.clone(),
+        );
+        registry.register(
+            "retired_libraries",
+            "Plugin libraries mapped but no longer used",
+            m.retired_libraries.clone(),
+        );
+        registry.register(
+            "loaded_libraries",
+            "Plugin libraries mapped in this process",
+            m.loaded_libraries.clone(),
+        );
         Self { registry, ..m }
     }
 
     /// Refreshes the live gauges from `runtime` and renders the text exposition.
     pub fn render(&self, runtime: &crate::runtime::Runtime) -> String {
-        for family in [&self.in_flight, &self.queue_depth, &self.running, &self.free_slots, &self.adapter_rows, &self.instance_ready] {
+        for family in [
+            &self.in_flight,
+            &self.queue_depth,
+            &self.running,
+            &self.free_slots,
+            &self.adapter_rows,
+            &self.instance_ready,
+        ] {
             family.clear();
         }
         let generation = runtime.current();
         let live = generation.instances().cloned();
-        let retiring = runtime.retired_instances().into_iter().filter(|i| {
-            i.state() != crate::instance::InstanceState::Stopped
-        });
+        let retiring = runtime
+            .retired_instances()
+            .into_iter()
+            .filter(|i| i.state() != crate::instance::InstanceState::Stopped);
         for instance in live.chain(retiring) {
             let labels: Labels = vec![
                 ("instance".into(), instance.name.clone()),
                 ("plugin".into(), instance.plugin.manifest.name.to_string()),
-                ("plugin_version".into(), instance.plugin.version().to_string()),
+                (
+                    "plugin_version".into(),
+                    instance.plugin.version().to_string(),
+                ),
             ];
             let stats = instance.stats();
-            self.in_flight.get_or_create(&labels).set(instance.in_flight() as i64);
-            self.queue_depth.get_or_create(&labels).set(stats.queued as i64);
-            self.running.get_or_create(&labels).set(stats.running as i64);
-            self.free_slots.get_or_create(&labels).set(stats.free_slots as i64);
+            self.in_flight
+                .get_or_create(&labels)
+                .set(instance.in_flight() as i64);
+            self.queue_depth
+                .get_or_create(&labels)
+                .set(stats.queued as i64);
+            self.running
+                .get_or_create(&labels)
+                .set(stats.running as i64);
+            self.free_slots
+                .get_or_create(&labels)
+                .set(stats.free_slots as i64);
             for adapter in stats.adapters.iter() {
                 let mut l = labels.clone();
                 l.push(("adapter".into(), adapter.adapter.to_string()));
                 self.adapter_rows.get_or_create(&l).set(adapter.rows as i64);
             }
             let mut l = labels.clone();
-            l.push(("state".into(), format!("{:?}", instance.state()).to_lowercase()));
+            l.push((
+                "state".into(),
+                format!("{:?}", instance.state()).to_lowercase(),
+            ));
             self.instance_ready
                 .get_or_create(&l)
                 .set((instance.state() == crate::instance::InstanceState::Ready) as i64);
         }
-        self.retired_libraries.set(runtime.retired_libraries() as i64);
-        self.loaded_libraries.set(runtime.registry().loaded_count() as i64);
+        self.retired_libraries
+            .set(runtime.retired_libraries() as i64);
+        self.loaded_libraries
+            .set(runtime.registry().loaded_count() as i64);
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

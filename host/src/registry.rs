@@ -18,17 +18,43 @@ use switchyard_plugin_api::{PluginManifest, PluginModRef, API_VERSION, MANIFEST_
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error("plugin {name:?}: cannot read {path}: {source}")]
-    Read { name: String, path: PathBuf, source: std::io::Error },
+    Read {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("plugin {name:?}: sha256 pin mismatch for {path}: pinned {pinned}, file has {actual}")]
-    PinMismatch { name: String, path: PathBuf, pinned: String, actual: String },
+    PinMismatch {
+        name: String,
+        path: PathBuf,
+        pinned: String,
+        actual: String,
+    },
     #[error("plugin {name:?}: cannot write shadow copy {path}: {source}")]
-    Shadow { name: String, path: PathBuf, source: std::io::Error },
+    Shadow {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("plugin {name:?}: {path} is not a Switchyard plugin: {reason}")]
-    NotAPlugin { name: String, path: PathBuf, reason: String },
+    NotAPlugin {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
     #[error("plugin {name:?}: {path} was built for plugin API {plugin_api}; this host speaks {host_api}")]
-    ApiVersion { name: String, path: PathBuf, plugin_api: String, host_api: String },
+    ApiVersion {
+        name: String,
+        path: PathBuf,
+        plugin_api: String,
+        host_api: String,
+    },
     #[error("plugin {name:?}: {path} has an incompatible ABI and was refused: {reason}")]
-    Incompatible { name: String, path: PathBuf, reason: String },
+    Incompatible {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
     #[error("plugin {name:?}: the library is named {actual:?} in its manifest")]
     NameMismatch { name: String, actual: String },
     #[error(
@@ -67,7 +93,10 @@ impl Registry {
     pub fn new(shadow_dir: PathBuf) -> std::io::Result<Self> {
         fs::create_dir_all(&shadow_dir)?;
         set_private(&shadow_dir)?;
-        Ok(Self { shadow_dir, loaded: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            shadow_dir,
+            loaded: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn shadow_dir(&self) -> &Path {
@@ -88,9 +117,17 @@ impl Registry {
     }
 
     /// Loads (or finds already loaded) the plugin at `path`, verifying an optional sha256 pin.
-    pub fn load(&self, name: &str, path: &Path, pin: Option<&str>) -> Result<Arc<LoadedPlugin>, RegistryError> {
-        let bytes = fs::read(path)
-            .map_err(|source| RegistryError::Read { name: name.into(), path: path.into(), source })?;
+    pub fn load(
+        &self,
+        name: &str,
+        path: &Path,
+        pin: Option<&str>,
+    ) -> Result<Arc<LoadedPlugin>, RegistryError> {
+        let bytes = fs::read(path).map_err(|source| RegistryError::Read {
+            name: name.into(),
+            path: path.into(),
+            source,
+        })?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         if let Some(pin) = pin {
             if !pin.eq_ignore_ascii_case(&sha256) {
@@ -106,13 +143,20 @@ impl Registry {
             return Ok(existing.clone());
         }
         let shadow_path = self.shadow_dir.join(format!("{sha256}.so"));
-        write_shadow(&shadow_path, &bytes)
-            .map_err(|source| RegistryError::Shadow { name: name.into(), path: shadow_path.clone(), source })?;
+        write_shadow(&shadow_path, &bytes).map_err(|source| RegistryError::Shadow {
+            name: name.into(),
+            path: shadow_path.clone(),
+            source,
+        })?;
 
         // Read the manifest JSON first: it works on any build, so an API mismatch gets a plain
         // message instead of abi_stable's layout dump.
-        let json_manifest = read_manifest_json(&shadow_path)
-            .map_err(|reason| RegistryError::NotAPlugin { name: name.into(), path: path.into(), reason })?;
+        let json_manifest =
+            read_manifest_json(&shadow_path).map_err(|reason| RegistryError::NotAPlugin {
+                name: name.into(),
+                path: path.into(),
+                reason,
+            })?;
         if !API_VERSION.accepts(json_manifest.api_version) {
             return Err(RegistryError::ApiVersion {
                 name: name.into(),
@@ -121,11 +165,18 @@ impl Registry {
                 host_api: API_VERSION.to_string(),
             });
         }
-        let module = open_root_module(&shadow_path)
-            .map_err(|reason| RegistryError::Incompatible { name: name.into(), path: path.into(), reason })?;
+        let module =
+            open_root_module(&shadow_path).map_err(|reason| RegistryError::Incompatible {
+                name: name.into(),
+                path: path.into(),
+                reason,
+            })?;
         let manifest = (module.manifest())();
         if manifest.name.as_str() != json_manifest.name.as_str() {
-            return Err(RegistryError::NameMismatch { name: name.into(), actual: manifest.name.to_string() });
+            return Err(RegistryError::NameMismatch {
+                name: name.into(),
+                actual: manifest.name.to_string(),
+            });
         }
         let plugin = Arc::new(LoadedPlugin {
             sha256: sha256.clone(),
@@ -142,7 +193,10 @@ impl Registry {
     /// `new_shas` are the libraries the next generation uses.
     pub fn check_retired_cap(&self, next_shas: &[String], cap: usize) -> Result<(), RegistryError> {
         let loaded = self.loaded.lock().unwrap();
-        let fresh = next_shas.iter().filter(|s| !loaded.contains_key(*s)).count();
+        let fresh = next_shas
+            .iter()
+            .filter(|s| !loaded.contains_key(*s))
+            .count();
         let would_be_mapped = loaded.len() + fresh;
         let mut used: Vec<&String> = next_shas.iter().collect();
         used.sort();
@@ -198,11 +252,12 @@ pub fn read_manifest_text(path: &Path) -> Result<String, String> {
     // SAFETY: opening a library runs its initialisers; the operator configured this file as a
     // plugin. The symbol's contract (a static NUL-terminated string) is the plugin ABI's.
     unsafe {
-        let lib = libloading::Library::new(path).map_err(|e| format!("cannot open library: {e}"))?;
+        let lib =
+            libloading::Library::new(path).map_err(|e| format!("cannot open library: {e}"))?;
         let text = {
-            let symbol: libloading::Symbol<unsafe extern "C" fn() -> *const std::os::raw::c_char> = lib
-                .get(MANIFEST_SYMBOL.as_bytes())
-                .map_err(|_| format!("it does not export {MANIFEST_SYMBOL}"))?;
+            let symbol: libloading::Symbol<unsafe extern "C" fn() -> *const std::os::raw::c_char> =
+                lib.get(MANIFEST_SYMBOL.as_bytes())
+                    .map_err(|_| format!("it does not export {MANIFEST_SYMBOL}"))?;
             let ptr = symbol();
             if ptr.is_null() {
                 return Err(format!("{MANIFEST_SYMBOL} returned null"));
@@ -219,19 +274,27 @@ pub fn read_manifest_text(path: &Path) -> Result<String, String> {
 /// Opens the abi_stable root module with full layout and version checks.
 pub fn open_root_module(path: &Path) -> Result<PluginModRef, String> {
     let header = lib_header_from_path(path).map_err(describe_library_error)?;
-    header.init_root_module::<PluginModRef>().map_err(describe_library_error)
+    header
+        .init_root_module::<PluginModRef>()
+        .map_err(describe_library_error)
 }
 
 fn describe_library_error(error: LibraryError) -> String {
     // abi_stable's layout errors are long type dumps; keep the headline and a few lines of detail.
     let text = error.to_string();
-    let mut lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).take(8).collect();
+    let mut lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(8)
+        .collect();
     if text.lines().count() > 8 {
         lines.push("...");
     }
     let kind = match error {
         LibraryError::AbiInstability(_) => "type layouts differ from this host's plugin API",
-        LibraryError::IncompatibleVersionNumber { .. } => "plugin API crate version is incompatible",
+        LibraryError::IncompatibleVersionNumber { .. } => {
+            "plugin API crate version is incompatible"
+        }
         _ => "library error",
     };
     format!("{kind}: {}", lines.join(" | "))

@@ -38,7 +38,10 @@ impl std::fmt::Display for RouteError {
         match self {
             Self::UnknownModel(m) => write!(f, "The model `{m}` does not exist"),
             Self::NoMatch { model, modality } => {
-                write!(f, "no route for model `{model}` takes {modality} requests with these headers")
+                write!(
+                    f,
+                    "no route for model `{model}` takes {modality} requests with these headers"
+                )
             }
         }
     }
@@ -48,25 +51,44 @@ impl RouteTable {
     /// Builds the table. `instances` must hold every model the config names (validation ensures
     /// the names resolve; the runtime creates the instances).
     pub fn build(config: &Config, instances: HashMap<String, Arc<Instance>>) -> Self {
-        let get = |name: &str| instances.get(name).cloned().expect("validated config names an instance");
+        let get = |name: &str| {
+            instances
+                .get(name)
+                .cloned()
+                .expect("validated config names an instance")
+        };
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         let mut routes = Vec::new();
         for (index, route) in config.routes.iter().enumerate() {
             for name in &route.models {
                 by_name.entry(name.clone()).or_default().push(index);
             }
-            let backends: Vec<_> = route.backends.iter().map(|b| (get(&b.model), b.weight as i64)).collect();
+            let backends: Vec<_> = route
+                .backends
+                .iter()
+                .map(|b| (get(&b.model), b.weight as i64))
+                .collect();
             routes.push(Route {
-                modalities: route.modalities.iter().filter_map(|m| Modality::parse(m)).collect(),
+                modalities: route
+                    .modalities
+                    .iter()
+                    .filter_map(|m| Modality::parse(m))
+                    .collect(),
                 header: route.header.as_ref().and_then(|h| {
-                    HeaderName::try_from(h.name.as_str()).ok().map(|n| (n, h.value.clone()))
+                    HeaderName::try_from(h.name.as_str())
+                        .ok()
+                        .map(|n| (n, h.value.clone()))
                 }),
                 current: Mutex::new(vec![0; backends.len()]),
                 backends,
                 fallbacks: route.fallbacks.iter().map(|f| get(f)).collect(),
             });
         }
-        Self { by_name, routes, instances }
+        Self {
+            by_name,
+            routes,
+            instances,
+        }
     }
 
     pub fn instances(&self) -> &HashMap<String, Arc<Instance>> {
@@ -74,7 +96,12 @@ impl RouteTable {
     }
 
     /// Candidates for a request, best first.
-    pub fn resolve(&self, model: &str, modality: Modality, headers: &HeaderMap) -> Result<Vec<Arc<Instance>>, RouteError> {
+    pub fn resolve(
+        &self,
+        model: &str,
+        modality: Modality,
+        headers: &HeaderMap,
+    ) -> Result<Vec<Arc<Instance>>, RouteError> {
         if let Some(indices) = self.by_name.get(model) {
             for &i in indices {
                 let route = &self.routes[i];
@@ -83,7 +110,10 @@ impl RouteTable {
                 }
             }
             if !self.instances.contains_key(model) {
-                return Err(RouteError::NoMatch { model: model.into(), modality });
+                return Err(RouteError::NoMatch {
+                    model: model.into(),
+                    modality,
+                });
             }
         }
         // Every instance is also addressable by its own name.
@@ -99,7 +129,9 @@ impl Route {
         let modality_ok = self.modalities.is_empty() || self.modalities.contains(&modality);
         let header_ok = match &self.header {
             None => true,
-            Some((name, value)) => headers.get(name).and_then(|v| v.to_str().ok()) == Some(value.as_str()),
+            Some((name, value)) => {
+                headers.get(name).and_then(|v| v.to_str().ok()) == Some(value.as_str())
+            }
         };
         modality_ok && header_ok
     }

@@ -40,7 +40,12 @@ impl Generation {
             None,
         )
         .expect("empty config is valid");
-        Self { id: 0, table: RouteTable::build(&config, HashMap::new()), config, plugins: Vec::new() }
+        Self {
+            id: 0,
+            table: RouteTable::build(&config, HashMap::new()),
+            config,
+            plugins: Vec::new(),
+        }
     }
 
     pub fn instances(&self) -> impl Iterator<Item = &Arc<Instance>> {
@@ -66,11 +71,25 @@ pub enum ReloadError {
     #[error("{0}")]
     Plugin(#[from] RegistryError),
     #[error("models[{index}] ({name}): plugin {plugin} has no model kind {kind:?} (it has {available:?})")]
-    UnknownKind { index: usize, name: String, plugin: String, kind: String, available: Vec<String> },
+    UnknownKind {
+        index: usize,
+        name: String,
+        plugin: String,
+        kind: String,
+        available: Vec<String>,
+    },
     #[error("models[{index}] ({name}): creation failed: {message}")]
-    Create { index: usize, name: String, message: String },
+    Create {
+        index: usize,
+        name: String,
+        message: String,
+    },
     #[error("models[{index}] ({name}): warm-up failed: {message}")]
-    Warm { index: usize, name: String, message: String },
+    Warm {
+        index: usize,
+        name: String,
+        message: String,
+    },
     #[error("no config file to reload from")]
     NoSource,
 }
@@ -93,7 +112,9 @@ const RETIRED_HISTORY: usize = 64;
 impl Runtime {
     /// A runtime with nothing loaded. `config_path` is where reloads read from.
     pub fn new(config_path: Option<PathBuf>, cache_dir: PathBuf) -> std::io::Result<Arc<Self>> {
-        let shadow = cache_dir.join("shadow").join(std::process::id().to_string());
+        let shadow = cache_dir
+            .join("shadow")
+            .join(std::process::id().to_string());
         Ok(Arc::new(Self {
             current: ArcSwap::from_pointee(Generation::empty()),
             registry: Registry::new(shadow)?,
@@ -126,7 +147,9 @@ impl Runtime {
     /// Libraries mapped but not used by the current generation.
     pub fn retired_libraries(&self) -> usize {
         let generation = self.current();
-        self.registry.loaded_count().saturating_sub(generation.plugins.len())
+        self.registry
+            .loaded_count()
+            .saturating_sub(generation.plugins.len())
     }
 
     pub fn retired_instances(&self) -> Vec<Arc<Instance>> {
@@ -149,19 +172,29 @@ impl Runtime {
         let result = self.build_and_swap(config, started).await;
         match &result {
             Ok(report) => {
-                self.metrics.reloads.get_or_create(&vec![("result".into(), "ok".into())]).inc();
+                self.metrics
+                    .reloads
+                    .get_or_create(&vec![("result".into(), "ok".into())])
+                    .inc();
                 tracing::info!(generation = report.generation, created = ?report.created, reused = ?report.reused,
                     retiring = ?report.retiring, "reload applied");
             }
             Err(e) => {
-                self.metrics.reloads.get_or_create(&vec![("result".into(), "failed".into())]).inc();
+                self.metrics
+                    .reloads
+                    .get_or_create(&vec![("result".into(), "failed".into())])
+                    .inc();
                 tracing::error!(error = %e, "reload failed; the previous configuration keeps serving");
             }
         }
         result
     }
 
-    async fn build_and_swap(self: &Arc<Self>, config: ValidConfig, started: Instant) -> Result<ReloadReport, ReloadError> {
+    async fn build_and_swap(
+        self: &Arc<Self>,
+        config: ValidConfig,
+        started: Instant,
+    ) -> Result<ReloadReport, ReloadError> {
         let this = self.clone();
         let cfg = config.clone();
         let plugins = tokio::task::spawn_blocking(move || this.load_plugins(&cfg))
@@ -175,9 +208,11 @@ impl Runtime {
         for (index, model) in config.models.iter().enumerate() {
             let plugin = plugins[&model.plugin].clone();
             let fingerprint = crate::instance::fingerprint(model, &plugin.sha256);
-            let existing = current.table.instances().get(&model.name).filter(|i| {
-                i.fingerprint == fingerprint && i.state() == InstanceState::Ready
-            });
+            let existing = current
+                .table
+                .instances()
+                .get(&model.name)
+                .filter(|i| i.fingerprint == fingerprint && i.state() == InstanceState::Ready);
             if let Some(existing) = existing {
                 instances.insert(model.name.clone(), existing.clone());
                 reused.push(model.name.clone());
@@ -185,9 +220,11 @@ impl Runtime {
             }
             let this = self.clone();
             let model_cfg = model.clone();
-            let made = tokio::task::spawn_blocking(move || this.create_instance(index, &model_cfg, plugin))
-                .await
-                .expect("instance creation catches its panics");
+            let made = tokio::task::spawn_blocking(move || {
+                this.create_instance(index, &model_cfg, plugin)
+            })
+            .await
+            .expect("instance creation catches its panics");
             match made {
                 Ok(instance) => {
                     created.push(instance.clone());
@@ -242,30 +279,44 @@ impl Runtime {
 
         Ok(ReloadReport {
             generation: id,
-            created: created.iter().map(|i| format!("{} ({})", i.name, i.plugin_label())).collect(),
+            created: created
+                .iter()
+                .map(|i| format!("{} ({})", i.name, i.plugin_label()))
+                .collect(),
             reused,
-            retiring: retiring.iter().map(|i| format!("{} ({})", i.name, i.plugin_label())).collect(),
+            retiring: retiring
+                .iter()
+                .map(|i| format!("{} ({})", i.name, i.plugin_label()))
+                .collect(),
             plugins: used.iter().map(|p| p.label()).collect(),
             retired_libraries: self.retired_libraries(),
             duration_ms: started.elapsed().as_millis() as u64,
         })
     }
 
-    fn load_plugins(&self, config: &ValidConfig) -> Result<HashMap<String, Arc<LoadedPlugin>>, ReloadError> {
+    fn load_plugins(
+        &self,
+        config: &ValidConfig,
+    ) -> Result<HashMap<String, Arc<LoadedPlugin>>, ReloadError> {
         // Hash first, so the retired-library cap is checked before anything new is mapped.
         let mut shas = Vec::new();
         for plugin in &config.plugins {
-            let sha = crate::registry::file_sha256(&plugin.path).map_err(|source| RegistryError::Read {
-                name: plugin.name.clone(),
-                path: plugin.path.clone(),
-                source,
+            let sha = crate::registry::file_sha256(&plugin.path).map_err(|source| {
+                RegistryError::Read {
+                    name: plugin.name.clone(),
+                    path: plugin.path.clone(),
+                    source,
+                }
             })?;
             shas.push(sha);
         }
-        self.registry.check_retired_cap(&shas, config.server.retired_library_cap)?;
+        self.registry
+            .check_retired_cap(&shas, config.server.retired_library_cap)?;
         let mut out = HashMap::new();
         for plugin in &config.plugins {
-            let loaded = self.registry.load(&plugin.name, &plugin.path, plugin.sha256.as_deref())?;
+            let loaded =
+                self.registry
+                    .load(&plugin.name, &plugin.path, plugin.sha256.as_deref())?;
             out.insert(plugin.name.clone(), loaded);
         }
         Ok(out)
@@ -283,13 +334,23 @@ impl Runtime {
                 name: model.name.clone(),
                 plugin: plugin.label(),
                 kind: model.kind.clone(),
-                available: plugin.manifest.models.iter().map(|m| m.kind.to_string()).collect(),
+                available: plugin
+                    .manifest
+                    .models
+                    .iter()
+                    .map(|m| m.kind.to_string())
+                    .collect(),
             });
         };
-        let cache_dir = self.cache_dir.join("plugins").join(plugin.manifest.name.as_str());
+        let cache_dir = self
+            .cache_dir
+            .join("plugins")
+            .join(plugin.manifest.name.as_str());
         let _ = std::fs::create_dir_all(&cache_dir);
         let threads = model.threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1)
         });
         let services = HostServices {
             log: host_log,
@@ -298,17 +359,26 @@ impl Runtime {
             instance_name: model.name.clone().into(),
         };
         let settings = SettingsText::json(model.settings.to_string());
-        let made = (plugin.module.create_model())(RStr::from(model.kind.as_str()), settings, services);
+        let made =
+            (plugin.module.create_model())(RStr::from(model.kind.as_str()), settings, services);
         let model_box = match made {
             RResult::ROk(m) => m,
             RResult::RErr(e) => {
-                return Err(ReloadError::Create { index, name: model.name.clone(), message: e.to_string() })
+                return Err(ReloadError::Create {
+                    index,
+                    name: model.name.clone(),
+                    message: e.to_string(),
+                })
             }
         };
         let instance = Arc::new(Instance::new(model, plugin, kind, model_box));
         if let Err(e) = instance.warm() {
             instance.stop_now();
-            return Err(ReloadError::Warm { index, name: model.name.clone(), message: e.to_string() });
+            return Err(ReloadError::Warm {
+                index,
+                name: model.name.clone(),
+                message: e.to_string(),
+            });
         }
         tracing::info!(instance = %instance.name, plugin = %instance.plugin_label(), "instance ready");
         Ok(instance)

@@ -35,7 +35,10 @@ pub struct PluginError {
 
 impl PluginError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: RString::from(message.into()) }
+        Self {
+            kind,
+            message: RString::from(message.into()),
+        }
     }
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidRequest, message)
@@ -63,7 +66,10 @@ impl PluginError {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "non-string panic payload".to_string());
-        Self::new(ErrorKind::Panic, format!("plugin panicked in {what}: {detail}"))
+        Self::new(
+            ErrorKind::Panic,
+            format!("plugin panicked in {what}: {detail}"),
+        )
     }
 }
 

@@ -35,11 +35,19 @@ pub struct Usage {
 #[repr(C, u8)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub enum Event {
-    Started { prompt_tokens: u32 },
+    Started {
+        prompt_tokens: u32,
+    },
     /// One generated token: its id and the text it adds (may be empty when a multi-byte
     /// character spans tokens; the text then arrives with a later token).
-    Token { id: u32, text: RString },
-    Finished { reason: FinishReason, usage: Usage },
+    Token {
+        id: u32,
+        text: RString,
+    },
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+    },
     Failed(PluginError),
 }
 

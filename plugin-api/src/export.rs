@@ -33,8 +33,11 @@ pub struct PluginMod {
 
     /// Creates a model instance of `kind` from its settings.
     #[sabi(last_prefix_field)]
-    pub create_model:
-        extern "C" fn(kind: RStr<'_>, settings: SettingsText, services: HostServices) -> RResult<ModelBox, PluginError>,
+    pub create_model: extern "C" fn(
+        kind: RStr<'_>,
+        settings: SettingsText,
+        services: HostServices,
+    ) -> RResult<ModelBox, PluginError>,
 }
 
 impl RootModule for PluginModRef {
@@ -94,14 +97,19 @@ macro_rules! export_plugin {
                 $crate::guard_create(move || $create(kind.as_str(), settings, services))
             }
             use $crate::abi_stable::prefix_type::PrefixTypeTrait;
-            $crate::PluginMod { manifest, create_model }.leak_into_prefix()
+            $crate::PluginMod {
+                manifest,
+                create_model,
+            }
+            .leak_into_prefix()
         }
 
         #[no_mangle]
         pub extern "C" fn switchyard_plugin_manifest_json() -> *const ::std::os::raw::c_char {
             static JSON: ::std::sync::OnceLock<::std::ffi::CString> = ::std::sync::OnceLock::new();
             match ::std::panic::catch_unwind(|| {
-                JSON.get_or_init(|| $crate::manifest_json_cstring(&$manifest())).as_ptr()
+                JSON.get_or_init(|| $crate::manifest_json_cstring(&$manifest()))
+                    .as_ptr()
             }) {
                 Ok(ptr) => ptr,
                 Err(_) => ::std::ptr::null(),

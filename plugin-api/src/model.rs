@@ -1,9 +1,4 @@
-use crate::{
-    error::PluginError,
-    event::EventSinkBox,
-    request::Request,
-    stats::ModelStats,
-};
+use crate::{error::PluginError, event::EventSinkBox, request::Request, stats::ModelStats};
 use abi_stable::{sabi_trait, std_types::RResult};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -31,7 +31,10 @@ pub enum Part {
     /// Encoded image bytes (PNG, JPEG, WebP, GIF, ...).
     Image(RVec<u8>),
     /// Encoded audio bytes and the client's format hint (`wav`, `mp3`, ... or empty).
-    Audio { data: RVec<u8>, format: RString },
+    Audio {
+        data: RVec<u8>,
+        format: RString,
+    },
 }
 
 #[repr(C)]
@@ -43,7 +46,10 @@ pub struct Message {
 
 impl Message {
     pub fn text(role: Role, text: impl Into<String>) -> Self {
-        Self { role, parts: vec![Part::Text(RString::from(text.into()))].into() }
+        Self {
+            role,
+            parts: vec![Part::Text(RString::from(text.into()))].into(),
+        }
     }
 }
 
@@ -61,7 +67,13 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { max_tokens: ROption::RNone, temperature: 0.0, top_p: 1.0, top_k: 0, seed: ROption::RNone }
+        Self {
+            max_tokens: ROption::RNone,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: ROption::RNone,
+        }
     }
 }
 

@@ -30,7 +30,11 @@ pub struct HostServices {
 
 impl HostServices {
     pub fn log(&self, level: LogLevel, message: &str) {
-        (self.log)(level, RStr::from(self.instance_name.as_str()), RStr::from(message));
+        (self.log)(
+            level,
+            RStr::from(self.instance_name.as_str()),
+            RStr::from(message),
+        );
     }
     pub fn info(&self, message: &str) {
         self.log(LogLevel::Info, message)
@@ -60,10 +64,16 @@ pub struct SettingsText {
 
 impl SettingsText {
     pub fn json(text: impl Into<String>) -> Self {
-        Self { format: SettingsFormat::Json, text: RString::from(text.into()) }
+        Self {
+            format: SettingsFormat::Json,
+            text: RString::from(text.into()),
+        }
     }
     pub fn toml(text: impl Into<String>) -> Self {
-        Self { format: SettingsFormat::Toml, text: RString::from(text.into()) }
+        Self {
+            format: SettingsFormat::Toml,
+            text: RString::from(text.into()),
+        }
     }
 
     /// Parses the settings into the plugin's own type. Empty text means an empty table.
@@ -74,7 +84,9 @@ impl SettingsText {
                 let text = if text.trim().is_empty() { "{}" } else { text };
                 serde_json::from_str(text).map_err(|e| format!("settings (JSON): {e}"))
             }
-            SettingsFormat::Toml => toml::from_str(text).map_err(|e| format!("settings (TOML): {e}")),
+            SettingsFormat::Toml => {
+                toml::from_str(text).map_err(|e| format!("settings (TOML): {e}"))
+            }
         }
     }
 }

@@ -14,13 +14,19 @@ use std::{
 };
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// `target/<profile>` of this build (the test executable lives in `target/<profile>/deps`).
 pub fn target_profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
 }
 
 fn built(path: PathBuf) -> PathBuf {
@@ -68,7 +74,11 @@ impl Drop for TempDir {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A running `switchyard serve` process.
@@ -90,13 +100,22 @@ impl Server {
 
     pub async fn start_in(dir: TempDir, config: &str) -> Self {
         let config_path = dir.path().join("switchyard.toml");
-        std::fs::write(&config_path, config.replace("{dir}", &dir.path().display().to_string())).unwrap();
+        std::fs::write(
+            &config_path,
+            config.replace("{dir}", &dir.path().display().to_string()),
+        )
+        .unwrap();
         let (port, admin_port) = (free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
         let child = Command::new(switchyard_bin())
             .args(["serve", "--config"])
             .arg(&config_path)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--admin-listen", &format!("127.0.0.1:{admin_port}")])
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin_port}"),
+            ])
             .env("XDG_CACHE_HOME", dir.path().join("cache"))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -109,7 +128,10 @@ impl Server {
             admin: format!("http://127.0.0.1:{admin_port}"),
             dir,
             config_path,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap(),
         };
         server.wait_ready().await;
         server
@@ -138,22 +160,45 @@ impl Server {
 
     pub fn rewrite_config(&self, config: &str) {
         let tmp = self.config_path.with_extension("tmp");
-        std::fs::write(&tmp, config.replace("{dir}", &self.dir.path().display().to_string())).unwrap();
+        std::fs::write(
+            &tmp,
+            config.replace("{dir}", &self.dir.path().display().to_string()),
+        )
+        .unwrap();
         std::fs::rename(tmp, &self.config_path).unwrap();
     }
 
     pub async fn reload(&self) -> (u16, serde_json::Value) {
-        let r = self.http.post(format!("{}/admin/reload", self.admin)).send().await.unwrap();
+        let r = self
+            .http
+            .post(format!("{}/admin/reload", self.admin))
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap())
     }
 
     pub async fn status(&self) -> serde_json::Value {
-        self.http.get(format!("{}/admin/status", self.admin)).send().await.unwrap().json().await.unwrap()
+        self.http
+            .get(format!("{}/admin/status", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
     }
 
     pub async fn metrics(&self) -> String {
-        self.http.get(format!("{}/metrics", self.base)).send().await.unwrap().text().await.unwrap()
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 
     /// Non-streaming chat: (status, served-by plugin header, body).
@@ -162,25 +207,54 @@ impl Server {
     }
 
     pub async fn chat_with(&self, body: serde_json::Value, headers: &[(&str, &str)]) -> ChatReply {
-        let mut req = self.http.post(format!("{}/v1/chat/completions", self.base)).json(&body);
+        let mut req = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&body);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
         let r = req.send().await.unwrap();
         let status = r.status().as_u16();
-        let header = |name: &str| r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-        let (instance, plugin, retry_after) =
-            (header("x-switchyard-instance"), header("x-switchyard-plugin"), header("retry-after"));
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (instance, plugin, retry_after) = (
+            header("x-switchyard-instance"),
+            header("x-switchyard-plugin"),
+            header("retry-after"),
+        );
         let body = r.json().await.unwrap_or(serde_json::Value::Null);
-        ChatReply { status, instance, plugin, retry_after, body }
+        ChatReply {
+            status,
+            instance,
+            plugin,
+            retry_after,
+            body,
+        }
     }
 
     /// Streaming chat, read to the end.
     pub async fn chat_stream(&self, body: serde_json::Value) -> StreamReply {
         use futures_util::StreamExt;
-        let r = self.http.post(format!("{}/v1/chat/completions", self.base)).json(&body).send().await.unwrap();
+        let r = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
-        let plugin = r.headers().get("x-switchyard-plugin").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        let plugin = r
+            .headers()
+            .get("x-switchyard-plugin")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
         let mut raw = String::new();
         let mut stream = r.bytes_stream();
         while let Some(chunk) = stream.next().await {
@@ -200,7 +274,10 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // SIGTERM first so the server drains and removes its shadow directory.
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
             let until = Instant::now() + Duration::from_secs(10);
             while Instant::now() < until {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -225,7 +302,9 @@ pub struct ChatReply {
 
 impl ChatReply {
     pub fn content(&self) -> &str {
-        self.body["choices"][0]["message"]["content"].as_str().unwrap_or_default()
+        self.body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
     }
 }
 
@@ -243,14 +322,22 @@ impl StreamReply {
         let mut chunks = Vec::new();
         let mut done = false;
         for line in raw.lines() {
-            let Some(data) = line.strip_prefix("data: ") else { continue };
+            let Some(data) = line.strip_prefix("data: ") else {
+                continue;
+            };
             if data == "[DONE]" {
                 done = true;
             } else if let Ok(v) = serde_json::from_str(data) {
                 chunks.push(v);
             }
         }
-        Self { status, plugin, chunks, done, raw }
+        Self {
+            status,
+            plugin,
+            chunks,
+            done,
+            raw,
+        }
     }
 
     /// The concatenated content deltas.
@@ -262,7 +349,11 @@ impl StreamReply {
     }
 
     pub fn finish_reason(&self) -> Option<String> {
-        self.chunks.iter().find_map(|c| c["choices"][0]["finish_reason"].as_str().map(str::to_string))
+        self.chunks.iter().find_map(|c| {
+            c["choices"][0]["finish_reason"]
+                .as_str()
+                .map(str::to_string)
+        })
     }
 }
 

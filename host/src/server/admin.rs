@@ -29,7 +29,11 @@ pub async fn reload(State(runtime): State<Arc<Runtime>>) -> Response {
 
 pub async fn status(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
     let generation = runtime.current();
-    let used: Vec<&str> = generation.plugins.iter().map(|p| p.sha256.as_str()).collect();
+    let used: Vec<&str> = generation
+        .plugins
+        .iter()
+        .map(|p| p.sha256.as_str())
+        .collect();
     let mut plugins: Vec<Value> = runtime
         .registry()
         .loaded()
@@ -42,10 +46,17 @@ pub async fn status(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
             })
         })
         .collect();
-    plugins.sort_by_key(|p| p["name"].as_str().unwrap_or_default().to_string() + p["version"].as_str().unwrap_or_default());
-    let mut instances: Vec<Value> = generation.instances().map(|i| describe(i)).collect();
+    plugins.sort_by_key(|p| {
+        p["name"].as_str().unwrap_or_default().to_string()
+            + p["version"].as_str().unwrap_or_default()
+    });
+    let mut instances: Vec<Value> = generation.instances().map(describe).collect();
     instances.sort_by_key(|i| i["name"].as_str().unwrap_or_default().to_string());
-    let retired: Vec<Value> = runtime.retired_instances().iter().map(|i| describe(i)).collect();
+    let retired: Vec<Value> = runtime
+        .retired_instances()
+        .iter()
+        .map(describe)
+        .collect();
     Json(json!({
         "generation": generation.id,
         "config": generation.config.source,

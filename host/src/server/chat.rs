@@ -49,23 +49,52 @@ pub async fn chat_completions(
             return e.into_response();
         }
     };
-    let record = RequestRecord::new(runtime.clone(), dispatched.instance().clone(), &request.model, "chat", started);
-    let meta = ChunkMeta { id: format!("chatcmpl-{id}"), created: unix_now(), model: request.model.clone() };
+    let record = RequestRecord::new(
+        runtime.clone(),
+        dispatched.instance().clone(),
+        &request.model,
+        "chat",
+        started,
+    );
+    let meta = ChunkMeta {
+        id: format!("chatcmpl-{id}"),
+        created: unix_now(),
+        model: request.model.clone(),
+    };
     let served_by = served_by_headers(dispatched.instance());
     if request.stream {
-        let body = stream_chat(dispatched, record, meta, request.include_usage(), runtime.current().config.server.retry_after_secs);
+        let body = stream_chat(
+            dispatched,
+            record,
+            meta,
+            request.include_usage(),
+            runtime.current().config.server.retry_after_secs,
+        );
         (served_by, body).into_response()
     } else {
-        match collect(dispatched, record, runtime.current().config.server.retry_after_secs).await {
+        match collect(
+            dispatched,
+            record,
+            runtime.current().config.server.retry_after_secs,
+        )
+        .await
+        {
             Ok(done) => (served_by, Json(meta.completion(&done))).into_response(),
             Err(e) => (served_by, e).into_response(),
         }
     }
 }
 
-pub fn parse_body<T: serde::de::DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+pub fn parse_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
     let body = body.map_err(|rejection| {
-        ApiError::new(rejection.status(), "invalid_request_error", "invalid_body", rejection.body_text())
+        ApiError::new(
+            rejection.status(),
+            "invalid_request_error",
+            "invalid_body",
+            rejection.body_text(),
+        )
     })?;
     serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
 }
@@ -117,11 +146,18 @@ pub fn usage_json(usage: Usage) -> Value {
 }
 
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Waits for the whole answer.
-pub async fn collect(mut d: Dispatched, mut record: RequestRecord, retry_after: u32) -> Result<Completed, ApiError> {
+pub async fn collect(
+    mut d: Dispatched,
+    mut record: RequestRecord,
+    retry_after: u32,
+) -> Result<Completed, ApiError> {
     let mut text = String::new();
     while let Some(event) = d.events.recv().await {
         match event {
@@ -133,7 +169,11 @@ pub async fn collect(mut d: Dispatched, mut record: RequestRecord, retry_after: 
             Event::Finished { reason, usage } => {
                 d.admission.mark_finished();
                 record.finish(200);
-                return Ok(Completed { text, reason, usage });
+                return Ok(Completed {
+                    text,
+                    reason,
+                    usage,
+                });
             }
             Event::Failed(error) => {
                 d.admission.mark_finished();
@@ -145,7 +185,9 @@ pub async fn collect(mut d: Dispatched, mut record: RequestRecord, retry_after: 
     }
     d.admission.mark_finished();
     record.fail(500, "no_terminal_event");
-    Err(ApiError::internal("the model ended the request without finishing it"))
+    Err(ApiError::internal(
+        "the model ended the request without finishing it",
+    ))
 }
 
 fn stream_chat(

@@ -26,7 +26,12 @@ impl Dispatched {
 
 const RESOLVE_ATTEMPTS: usize = 3;
 
-pub fn dispatch(runtime: &Runtime, model: &str, headers: &HeaderMap, request: Request) -> Result<Dispatched, ApiError> {
+pub fn dispatch(
+    runtime: &Runtime,
+    model: &str,
+    headers: &HeaderMap,
+    request: Request,
+) -> Result<Dispatched, ApiError> {
     let retry_after = runtime.current().config.server.retry_after_secs;
     let modality = request.modality();
     let mut last_generation = None;
@@ -36,10 +41,14 @@ pub fn dispatch(runtime: &Runtime, model: &str, headers: &HeaderMap, request: Re
             break;
         }
         last_generation = Some(generation.id);
-        let candidates = generation.table.resolve(model, modality, headers).map_err(|e| match e {
-            RouteError::UnknownModel(_) => ApiError::not_found_model(e.to_string()),
-            RouteError::NoMatch { .. } => ApiError::invalid_param("model", e.to_string()),
-        })?;
+        let candidates =
+            generation
+                .table
+                .resolve(model, modality, headers)
+                .map_err(|e| match e {
+                    RouteError::UnknownModel(_) => ApiError::not_found_model(e.to_string()),
+                    RouteError::NoMatch { .. } => ApiError::invalid_param("model", e.to_string()),
+                })?;
         let (mut full, mut unavailable, mut unsupported) = (None, None, None);
         for instance in candidates {
             match instance.submit(request.clone()) {
@@ -55,7 +64,12 @@ pub fn dispatch(runtime: &Runtime, model: &str, headers: &HeaderMap, request: Re
         }
         if unavailable.is_none() {
             if let Some(m) = unsupported {
-                return Err(ApiError::new(axum::http::StatusCode::BAD_REQUEST, "invalid_request_error", "unsupported", m));
+                return Err(ApiError::new(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "unsupported",
+                    m,
+                ));
             }
         }
         // Only draining/stopped instances: a reload may have just swapped the table.
@@ -65,5 +79,7 @@ pub fn dispatch(runtime: &Runtime, model: &str, headers: &HeaderMap, request: Re
             }
         }
     }
-    Err(ApiError::unavailable(format!("model `{model}` has no available instance")))
+    Err(ApiError::unavailable(format!(
+        "model `{model}` has no available instance"
+    )))
 }

@@ -20,19 +20,41 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
     let generation = runtime.current();
     let states: serde_json::Map<String, serde_json::Value> = generation
         .instances()
-        .map(|i| (i.name.clone(), json!({"state": i.state(), "plugin": i.plugin_label()})))
+        .map(|i| {
+            (
+                i.name.clone(),
+                json!({"state": i.state(), "plugin": i.plugin_label()}),
+            )
+        })
         .collect();
     let configured = generation.config.models.len();
     let all_ready = configured > 0
         && states.len() == configured
-        && generation.instances().all(|i| i.state() == InstanceState::Ready);
-    let status = if all_ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(json!({"ready": all_ready, "generation": generation.id, "instances": states}))).into_response()
+        && generation
+            .instances()
+            .all(|i| i.state() == InstanceState::Ready);
+    let status = if all_ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({"ready": all_ready, "generation": generation.id, "instances": states})),
+    )
+        .into_response()
 }
 
 pub async fn metrics(State(runtime): State<Arc<Runtime>>) -> Response {
     let text = runtime.metrics.render(&runtime);
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 pub async fn models(State(runtime): State<Arc<Runtime>>) -> Json<serde_json::Value> {
@@ -42,7 +64,9 @@ pub async fn models(State(runtime): State<Arc<Runtime>>) -> Json<serde_json::Val
         .config
         .public_model_names()
         .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "created": created, "owned_by": "switchyard"}))
+        .map(
+            |id| json!({"id": id, "object": "model", "created": created, "owned_by": "switchyard"}),
+        )
         .collect();
     Json(json!({"object": "list", "data": data}))
 }

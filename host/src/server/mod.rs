@@ -38,7 +38,10 @@ pub fn served_by_headers(instance: &Instance) -> HeaderMap {
 fn api_routes() -> Router<Arc<Runtime>> {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/audio/transcriptions", post(transcriptions::transcriptions))
+        .route(
+            "/v1/audio/transcriptions",
+            post(transcriptions::transcriptions),
+        )
         .route("/v1/models", get(health::models))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
@@ -46,15 +49,24 @@ fn api_routes() -> Router<Arc<Runtime>> {
 }
 
 fn admin_routes() -> Router<Arc<Runtime>> {
-    Router::new().route("/admin/reload", post(admin::reload)).route("/admin/status", get(admin::status))
+    Router::new()
+        .route("/admin/reload", post(admin::reload))
+        .route("/admin/status", get(admin::status))
 }
 
 async fn require_token(State(token): State<Arc<String>>, request: Request, next: Next) -> Response {
     let expected = format!("Bearer {token}");
-    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
     // Compare without early exit so the token cannot be guessed byte by byte from timing.
     let ok = given.is_some_and(|g| {
-        g.len() == expected.len() && g.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        g.len() == expected.len()
+            && g.bytes()
+                .zip(expected.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
     });
     if ok {
         next.run(request).await
@@ -68,14 +80,21 @@ pub fn main_router(runtime: Arc<Runtime>) -> Router {
     let server = runtime.current().config.server.clone();
     let mut router = api_routes();
     if let Some(token) = server.admin_token.clone() {
-        router = router.merge(admin_routes().layer(middleware::from_fn_with_state(Arc::new(token), require_token)));
+        router = router.merge(admin_routes().layer(middleware::from_fn_with_state(
+            Arc::new(token),
+            require_token,
+        )));
     }
-    router.layer(DefaultBodyLimit::max(server.max_body_bytes)).with_state(runtime)
+    router
+        .layer(DefaultBodyLimit::max(server.max_body_bytes))
+        .with_state(runtime)
 }
 
 /// The admin listener's router (loopback only; no token needed).
 pub fn admin_router(runtime: Arc<Runtime>) -> Router {
-    admin_routes().route("/health", get(health::health)).with_state(runtime)
+    admin_routes()
+        .route("/health", get(health::health))
+        .with_state(runtime)
 }
 
 pub struct Listeners {
@@ -84,7 +103,11 @@ pub struct Listeners {
 }
 
 /// Serves until SIGINT/SIGTERM, reloading on SIGHUP and (opt-in) when the config file changes.
-pub async fn serve(runtime: Arc<Runtime>, listen: SocketAddr, admin: Option<SocketAddr>) -> anyhow::Result<()> {
+pub async fn serve(
+    runtime: Arc<Runtime>,
+    listen: SocketAddr,
+    admin: Option<SocketAddr>,
+) -> anyhow::Result<()> {
     let main = tokio::net::TcpListener::bind(listen).await?;
     let main_addr = main.local_addr()?;
     tracing::info!(%main_addr, "listening");
@@ -94,7 +117,11 @@ pub async fn serve(runtime: Arc<Runtime>, listen: SocketAddr, admin: Option<Sock
         let mut stop = stop_rx.clone();
         let app = main_router(runtime.clone());
         tasks.spawn(async move {
-            axum::serve(main, app).with_graceful_shutdown(async move { let _ = stop.wait_for(|s| *s).await; }).await
+            axum::serve(main, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
         });
     }
     if let Some(addr) = admin {
@@ -103,7 +130,11 @@ pub async fn serve(runtime: Arc<Runtime>, listen: SocketAddr, admin: Option<Sock
         let mut stop = stop_rx.clone();
         let app = admin_router(runtime.clone());
         tasks.spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(async move { let _ = stop.wait_for(|s| *s).await; }).await
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
         });
     }
     spawn_sighup_reloader(runtime.clone());
@@ -153,12 +184,19 @@ fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> anyhow::Result<
     let file_name = path.file_name().map(|n| n.to_os_string());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event {
-            if event.paths.iter().any(|p| p.file_name().map(|n| n.to_os_string()) == file_name) {
+            if event
+                .paths
+                .iter()
+                .any(|p| p.file_name().map(|n| n.to_os_string()) == file_name)
+            {
                 let _ = tx.send(());
             }
         }
     })?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
     watcher.watch(dir, RecursiveMode::NonRecursive)?;
     tokio::spawn(async move {
         let _keep_alive = watcher;

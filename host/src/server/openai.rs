@@ -79,7 +79,9 @@ pub struct InputAudio {
 
 impl ChatRequest {
     pub fn include_usage(&self) -> bool {
-        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage)
     }
 
     /// Builds the plugin request, decoding media; errors name the offending field.
@@ -88,21 +90,25 @@ impl ChatRequest {
             return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
         }
         if self.messages.is_empty() {
-            return Err(ApiError::invalid_param("messages", "at least one message is required"));
+            return Err(ApiError::invalid_param(
+                "messages",
+                "at least one message is required",
+            ));
         }
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, message) in self.messages.iter().enumerate() {
-            let role = match message.role.as_str() {
-                "system" | "developer" => Role::System,
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                other => {
-                    return Err(ApiError::invalid_param(
+            let role =
+                match message.role.as_str() {
+                    "system" | "developer" => Role::System,
+                    "user" => Role::User,
+                    "assistant" => Role::Assistant,
+                    other => return Err(ApiError::invalid_param(
                         format!("messages[{i}].role"),
-                        format!("role {other:?} is not supported (system, developer, user, assistant)"),
-                    ))
-                }
-            };
+                        format!(
+                            "role {other:?} is not supported (system, developer, user, assistant)"
+                        ),
+                    )),
+                };
             let mut parts = Vec::new();
             match &message.content {
                 None => {}
@@ -129,11 +135,17 @@ impl ChatRequest {
                     "images and audio are accepted in user messages only",
                 ));
             }
-            messages.push(Message { role, parts: RVec::from(parts) });
+            messages.push(Message {
+                role,
+                parts: RVec::from(parts),
+            });
         }
         let temperature = self.temperature.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
-            return Err(ApiError::invalid_param("temperature", "must be between 0 and 2"));
+            return Err(ApiError::invalid_param(
+                "temperature",
+                "must be between 0 and 2",
+            ));
         }
         let top_p = self.top_p.unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
@@ -149,7 +161,10 @@ impl ChatRequest {
             endpoint: Endpoint::Chat,
             messages: messages.into(),
             sampling: SamplingParams {
-                max_tokens: self.max_completion_tokens.or(self.max_tokens).map_or(ROption::RNone, ROption::RSome),
+                max_tokens: self
+                    .max_completion_tokens
+                    .or(self.max_tokens)
+                    .map_or(ROption::RNone, ROption::RSome),
                 temperature,
                 top_p,
                 top_k: self.top_k.unwrap_or(0),
@@ -171,16 +186,25 @@ fn decode_data_uri(url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
         ));
     };
     let Some((meta, payload)) = rest.split_once(',') else {
-        return Err(ApiError::invalid_param(param, "malformed data: URI (no comma)"));
+        return Err(ApiError::invalid_param(
+            param,
+            "malformed data: URI (no comma)",
+        ));
     };
     if !meta.ends_with(";base64") {
-        return Err(ApiError::invalid_param(param, "data: URI must be base64-encoded"));
+        return Err(ApiError::invalid_param(
+            param,
+            "data: URI must be base64-encoded",
+        ));
     }
     decode_base64(payload, param)
 }
 
 fn decode_base64(payload: &str, param: &str) -> Result<Vec<u8>, ApiError> {
-    let trimmed: String = payload.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let trimmed: String = payload
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
     base64::engine::general_purpose::STANDARD
         .decode(trimmed.as_bytes())
         .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(trimmed.as_bytes()))
@@ -192,7 +216,9 @@ mod tests {
     use super::*;
 
     fn parse(json: &str) -> Result<Request, ApiError> {
-        serde_json::from_str::<ChatRequest>(json).unwrap().to_plugin(7)
+        serde_json::from_str::<ChatRequest>(json)
+            .unwrap()
+            .to_plugin(7)
     }
 
     #[test]
@@ -207,7 +233,13 @@ mod tests {
         let parts = &req.messages[0].parts;
         assert_eq!(parts[0], Part::Text("look".into()));
         assert_eq!(parts[1], Part::Image(vec![0u8, 1, 2].into()));
-        assert_eq!(parts[2], Part::Audio { data: vec![3u8, 4].into(), format: "wav".into() });
+        assert_eq!(
+            parts[2],
+            Part::Audio {
+                data: vec![3u8, 4].into(),
+                format: "wav".into()
+            }
+        );
         assert_eq!(req.modality(), switchyard_plugin_api::Modality::ImageAudio);
     }
 
@@ -224,7 +256,10 @@ mod tests {
         let req = parse(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stop":"x","temperature":0}"#).unwrap();
         assert_eq!(req.sampling.max_tokens, ROption::RSome(5));
         assert_eq!(req.stop.len(), 1);
-        assert!(parse(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":9}"#).is_err());
+        assert!(parse(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":9}"#
+        )
+        .is_err());
         assert!(parse(r#"{"model":"m","messages":[{"role":"tool","content":"hi"}]}"#).is_err());
     }
 }

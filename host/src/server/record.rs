@@ -17,8 +17,23 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    pub fn new(runtime: Arc<Runtime>, instance: Arc<Instance>, model: &str, endpoint: &'static str, started: Instant) -> Self {
-        Self { runtime, instance, model: model.into(), endpoint, started, first_token: None, status: 499, error_kind: None }
+    pub fn new(
+        runtime: Arc<Runtime>,
+        instance: Arc<Instance>,
+        model: &str,
+        endpoint: &'static str,
+        started: Instant,
+    ) -> Self {
+        Self {
+            runtime,
+            instance,
+            model: model.into(),
+            endpoint,
+            started,
+            first_token: None,
+            status: 499,
+            error_kind: None,
+        }
     }
 
     pub fn token(&mut self) {
@@ -45,7 +60,10 @@ impl RequestRecord {
     fn instance_labels(&self) -> Labels {
         vec![
             ("instance".into(), self.instance.name.clone()),
-            ("plugin_version".into(), self.instance.plugin.version().to_string()),
+            (
+                "plugin_version".into(),
+                self.instance.plugin.version().to_string(),
+            ),
         ]
     }
 }
@@ -54,7 +72,10 @@ impl Drop for RequestRecord {
     fn drop(&mut self) {
         let metrics = &self.runtime.metrics;
         let labels = self.instance_labels();
-        metrics.latency.get_or_create(&labels).observe(self.started.elapsed().as_secs_f64());
+        metrics
+            .latency
+            .get_or_create(&labels)
+            .observe(self.started.elapsed().as_secs_f64());
         let mut request_labels = labels.clone();
         request_labels.push(("model".into(), self.model.clone()));
         request_labels.push(("endpoint".into(), self.endpoint.into()));
@@ -72,7 +93,13 @@ impl Drop for RequestRecord {
 }
 
 /// Records a request refused before admission (no instance was involved).
-pub fn record_refusal(runtime: &Runtime, model: &str, endpoint: &'static str, status: u16, code: &str) {
+pub fn record_refusal(
+    runtime: &Runtime,
+    model: &str,
+    endpoint: &'static str,
+    status: u16,
+    code: &str,
+) {
     let labels: Labels = vec![
         ("instance".into(), String::new()),
         ("plugin_version".into(), String::new()),

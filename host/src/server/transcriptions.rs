@@ -35,10 +35,22 @@ struct Form {
 }
 
 async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<Form, ApiError> {
-    let mut multipart = multipart.map_err(|r| ApiError::new(r.status(), "invalid_request_error", "invalid_body", r.body_text()))?;
+    let mut multipart = multipart.map_err(|r| {
+        ApiError::new(
+            r.status(),
+            "invalid_request_error",
+            "invalid_body",
+            r.body_text(),
+        )
+    })?;
     let mut form = Form::default();
     let field_error = |e: axum::extract::multipart::MultipartError| {
-        ApiError::new(e.status(), "invalid_request_error", "invalid_body", e.body_text())
+        ApiError::new(
+            e.status(),
+            "invalid_request_error",
+            "invalid_body",
+            e.body_text(),
+        )
     };
     while let Some(field) = multipart.next_field().await.map_err(field_error)? {
         let name = field.name().unwrap_or_default().to_string();
@@ -50,11 +62,15 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
             }
             "model" => form.model = Some(field.text().await.map_err(field_error)?),
             "prompt" => form.prompt = Some(field.text().await.map_err(field_error)?),
-            "response_format" => form.response_format = Some(field.text().await.map_err(field_error)?),
+            "response_format" => {
+                form.response_format = Some(field.text().await.map_err(field_error)?)
+            }
             "temperature" => {
                 let text = field.text().await.map_err(field_error)?;
                 form.temperature = Some(
-                    text.trim().parse().map_err(|_| ApiError::invalid_param("temperature", "not a number"))?,
+                    text.trim()
+                        .parse()
+                        .map_err(|_| ApiError::invalid_param("temperature", "not a number"))?,
                 );
             }
             "stream" => form.stream = field.text().await.map_err(field_error)?.trim() == "true",
@@ -69,11 +85,16 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
 
 /// `wav`, `mp3`, ... from the file name, else from the content type, else empty.
 fn audio_format(file_name: Option<&str>, content_type: Option<&str>) -> String {
-    if let Some(ext) = file_name.and_then(|n| n.rsplit_once('.')).map(|(_, e)| e.to_ascii_lowercase()) {
+    if let Some(ext) = file_name
+        .and_then(|n| n.rsplit_once('.'))
+        .map(|(_, e)| e.to_ascii_lowercase())
+    {
         return ext;
     }
     match content_type {
-        Some(ct) if ct.starts_with("audio/") => ct["audio/".len()..].trim_start_matches("x-").to_string(),
+        Some(ct) if ct.starts_with("audio/") => {
+            ct["audio/".len()..].trim_start_matches("x-").to_string()
+        }
         _ => String::new(),
     }
 }
@@ -92,11 +113,23 @@ pub async fn transcriptions(
         }
     };
     let checked = (|| {
-        let model = form.model.clone().ok_or_else(|| ApiError::invalid_param("model", "the model field is required"))?;
-        let (data, format) = form.file.clone().ok_or_else(|| ApiError::invalid_param("file", "the file field is required"))?;
-        let format_out = form.response_format.clone().unwrap_or_else(|| "json".into());
+        let model = form
+            .model
+            .clone()
+            .ok_or_else(|| ApiError::invalid_param("model", "the model field is required"))?;
+        let (data, format) = form
+            .file
+            .clone()
+            .ok_or_else(|| ApiError::invalid_param("file", "the file field is required"))?;
+        let format_out = form
+            .response_format
+            .clone()
+            .unwrap_or_else(|| "json".into());
         if !matches!(format_out.as_str(), "json" | "text") {
-            return Err(ApiError::invalid_param("response_format", "supported: json, text"));
+            return Err(ApiError::invalid_param(
+                "response_format",
+                "supported: json, text",
+            ));
         }
         Ok((model, data, format, format_out))
     })();
@@ -107,15 +140,25 @@ pub async fn transcriptions(
             return e.into_response();
         }
     };
-    let mut parts = vec![Part::Audio { data: RVec::from(data), format: format.into() }];
+    let mut parts = vec![Part::Audio {
+        data: RVec::from(data),
+        format: format.into(),
+    }];
     if let Some(prompt) = form.prompt.filter(|p| !p.is_empty()) {
         parts.push(Part::Text(prompt.into()));
     }
     let request = Request {
         id: runtime.next_request_id(),
         endpoint: Endpoint::Transcription,
-        messages: vec![Message { role: Role::User, parts: parts.into() }].into(),
-        sampling: SamplingParams { temperature: form.temperature.unwrap_or(0.0), ..SamplingParams::default() },
+        messages: vec![Message {
+            role: Role::User,
+            parts: parts.into(),
+        }]
+        .into(),
+        sampling: SamplingParams {
+            temperature: form.temperature.unwrap_or(0.0),
+            ..SamplingParams::default()
+        },
         stop: RVec::new(),
         deadline_unix_ms: ROption::RNone,
     };
@@ -126,7 +169,13 @@ pub async fn transcriptions(
             return e.into_response();
         }
     };
-    let mut record = RequestRecord::new(runtime.clone(), d.instance().clone(), &model, "transcription", started);
+    let mut record = RequestRecord::new(
+        runtime.clone(),
+        d.instance().clone(),
+        &model,
+        "transcription",
+        started,
+    );
     let served_by = served_by_headers(d.instance());
     let retry_after = runtime.current().config.server.retry_after_secs;
     if form.stream {
@@ -169,9 +218,13 @@ pub async fn transcriptions(
     }
     match collect(d, record, retry_after).await {
         Ok(done) if response_format == "text" => (served_by, done.text).into_response(),
-        Ok(done) => (served_by, Json(json!({"text": done.text, "usage": {"type": "tokens",
+        Ok(done) => (
+            served_by,
+            Json(json!({"text": done.text, "usage": {"type": "tokens",
             "input_tokens": done.usage.prompt_tokens, "output_tokens": done.usage.completion_tokens,
-            "total_tokens": done.usage.prompt_tokens + done.usage.completion_tokens}}))).into_response(),
+            "total_tokens": done.usage.prompt_tokens + done.usage.completion_tokens}})),
+        )
+            .into_response(),
         Err(e) => (served_by, e).into_response(),
     }
 }

@@ -118,7 +118,10 @@ pub fn create(
     Ok(EchoModel {
         flavour,
         settings,
-        shared: Arc::new(Shared { state: Mutex::new(State::default()), slot_freed: Condvar::new() }),
+        shared: Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            slot_freed: Condvar::new(),
+        }),
     })
 }
 
@@ -158,7 +161,10 @@ impl PluginModel for EchoModel {
 
     fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
         let words = self.words_of(&request)?;
-        if words.iter().any(|w| w.contains("#panic") && !w.contains("#panic-worker")) {
+        if words
+            .iter()
+            .any(|w| w.contains("#panic") && !w.contains("#panic-worker"))
+        {
             panic!("the request asked for a panic");
         }
         let cancel = Arc::new(AtomicBool::new(false));
@@ -181,7 +187,10 @@ impl PluginModel for EchoModel {
             max_tokens: request.sampling.max_tokens.into_option(),
             stop: request.stop.iter().map(|s| s.to_string()).collect(),
             prefix: self.settings.tag_tokens.then(|| {
-                format!("[{}@{}/{}]", self.flavour.plugin, self.flavour.version, self.settings.label)
+                format!(
+                    "[{}@{}/{}]",
+                    self.flavour.plugin, self.flavour.version, self.settings.label
+                )
             }),
             delay: Duration::from_millis(self.settings.token_delay_ms),
             slots: self.settings.slots,
@@ -215,7 +224,11 @@ impl PluginModel for EchoModel {
             running: state.running,
             queued: state.queued(),
             free_slots: self.settings.slots - state.running,
-            adapters: vec![AdapterRows { adapter: "base".into(), rows: state.running }].into(),
+            adapters: vec![AdapterRows {
+                adapter: "base".into(),
+                rows: state.running,
+            }]
+            .into(),
             details_json: RString::from(format!(
                 "{{\"label\":{:?},\"draining\":{}}}",
                 self.settings.label, state.draining
@@ -252,7 +265,10 @@ impl EchoModel {
         if !accepted {
             return Err(PluginError::new(
                 switchyard_plugin_api::ErrorKind::Unsupported,
-                format!("{} does not serve {modality} on {:?}", self.flavour.plugin, request.endpoint),
+                format!(
+                    "{} does not serve {modality} on {:?}",
+                    self.flavour.plugin, request.endpoint
+                ),
             ));
         }
         let message = request
@@ -275,7 +291,9 @@ impl EchoModel {
                 Part::Audio { data, .. } if data.is_empty() => {
                     return Err(PluginError::invalid_request("empty audio clip"))
                 }
-                Part::Audio { data, format } => words.push(format!("[audio:{format}:{}B]", data.len())),
+                Part::Audio { data, format } => {
+                    words.push(format!("[audio:{format}:{}B]", data.len()))
+                }
             }
         }
         Ok(words)
@@ -298,14 +316,20 @@ struct Job {
 impl Job {
     fn run(self) {
         if !self.wait_for_slot() {
-            self.sink.send(Event::Finished { reason: FinishReason::Cancelled, usage: Usage::default() });
+            self.sink.send(Event::Finished {
+                reason: FinishReason::Cancelled,
+                usage: Usage::default(),
+            });
             self.release(false);
             return;
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stream()));
         if let Err(payload) = outcome {
             // A worker must never die silently: the host waits for a terminal event.
-            self.sink.send(Event::Failed(PluginError::from_panic("echo worker", payload)));
+            self.sink.send(Event::Failed(PluginError::from_panic(
+                "echo worker",
+                payload,
+            )));
         }
         self.release(true);
     }
@@ -360,18 +384,31 @@ impl Job {
                 panic!("the request asked for a worker panic");
             }
             if i == 1 && self.words.iter().any(|w| w.contains("#fail")) {
-                self.sink.send(Event::Failed(PluginError::internal("the request asked to fail")));
+                self.sink.send(Event::Failed(PluginError::internal(
+                    "the request asked to fail",
+                )));
                 return;
             }
-            let mut piece = if i == 0 { word.clone() } else { format!(" {word}") };
+            let mut piece = if i == 0 {
+                word.clone()
+            } else {
+                format!(" {word}")
+            };
             if let Some(prefix) = &self.prefix {
                 piece = format!("{}{prefix}{}", if i == 0 { "" } else { " " }, word);
             }
             text.push_str(&piece);
-            if self.stop.iter().any(|s| !s.is_empty() && text.contains(s.as_str())) {
+            if self
+                .stop
+                .iter()
+                .any(|s| !s.is_empty() && text.contains(s.as_str()))
+            {
                 return self.finish(FinishReason::Stop, prompt_tokens, sent);
             }
-            if !self.sink.send(Event::Token { id: i as u32, text: piece.into() }) {
+            if !self.sink.send(Event::Token {
+                id: i as u32,
+                text: piece.into(),
+            }) {
                 return; // the client is gone; release() frees the slot
             }
             sent += 1;
@@ -380,7 +417,13 @@ impl Job {
     }
 
     fn finish(&self, reason: FinishReason, prompt_tokens: u32, completion_tokens: u32) {
-        self.sink.send(Event::Finished { reason, usage: Usage { prompt_tokens, completion_tokens } });
+        self.sink.send(Event::Finished {
+            reason,
+            usage: Usage {
+                prompt_tokens,
+                completion_tokens,
+            },
+        });
     }
 }
 

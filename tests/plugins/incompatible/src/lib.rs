@@ -7,8 +7,7 @@
 #![allow(non_local_definitions)]
 
 use abi_stable::{
-    declare_root_module_statics,
-    export_root_module,
+    declare_root_module_statics, export_root_module,
     library::RootModule,
     prefix_type::PrefixTypeTrait,
     sabi_types::VersionStrings,
@@ -48,7 +47,11 @@ extern "C" fn create_model(_kind: RStr<'_>, _settings: RString, _threads: u64) -
 
 #[export_root_module]
 pub fn switchyard_plugin_root_module() -> PluginModRef {
-    PluginMod { manifest, create_model }.leak_into_prefix()
+    PluginMod {
+        manifest,
+        create_model,
+    }
+    .leak_into_prefix()
 }
 
 #[no_mangle]

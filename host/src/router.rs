@@ -149,16 +149,47 @@ impl Route {
     }
 
     fn pick(&self) -> usize {
-        let mut current = self.current.lock().unwrap();
-        let total: i64 = self.backends.iter().map(|(_, w)| w).sum();
-        let mut best = 0;
-        for (i, (_, weight)) in self.backends.iter().enumerate() {
-            current[i] += weight;
-            if current[i] > current[best] {
-                best = i;
-            }
+        let weights: Vec<i64> = self.backends.iter().map(|(_, w)| *w).collect();
+        smooth_weighted_pick(&mut self.current.lock().unwrap(), &weights)
+    }
+}
+
+/// One step of smooth weighted round-robin: every weight is added to its running value, the
+/// largest wins and pays back the total.
+fn smooth_weighted_pick(current: &mut [i64], weights: &[i64]) -> usize {
+    let total: i64 = weights.iter().sum();
+    let mut best = 0;
+    for (i, weight) in weights.iter().enumerate() {
+        current[i] += weight;
+        if current[i] > current[best] {
+            best = i;
         }
-        current[best] -= total;
-        best
+    }
+    current[best] -= total;
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::smooth_weighted_pick;
+
+    #[test]
+    fn weights_are_exact_in_every_window_and_interleaved() {
+        let weights = [5, 1, 1];
+        let mut current = [0; 3];
+        let picks: Vec<usize> = (0..14).map(|_| smooth_weighted_pick(&mut current, &weights)).collect();
+        for window in picks.chunks(7) {
+            assert_eq!(window.iter().filter(|&&p| p == 0).count(), 5);
+            assert_eq!(window.iter().filter(|&&p| p == 1).count(), 1);
+            assert_eq!(window.iter().filter(|&&p| p == 2).count(), 1);
+        }
+        // Smooth: the heavy backend never takes more than 3 in a row here (nginx's property).
+        assert_eq!(&picks[..7], &[0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn zero_weight_backends_are_never_picked() {
+        let mut current = [0; 2];
+        assert!((0..10).all(|_| smooth_weighted_pick(&mut current, &[0, 3]) == 1));
     }
 }

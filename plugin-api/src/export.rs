@@ -69,7 +69,7 @@ pub fn manifest_json_cstring(manifest: &PluginManifest) -> CString {
 
 /// Exports a plugin: the abi_stable root module and the manifest JSON symbol.
 ///
-/// ```ignore
+/// ```text
 /// switchyard_plugin_api::export_plugin! {
 ///     manifest: my_manifest,   // fn() -> PluginManifest
 ///     create: my_create,       // fn(&str, SettingsText, HostServices) -> Result<impl PluginModel, PluginError>

@@ -360,3 +360,43 @@ impl StreamReply {
 pub fn user(text: &str) -> serde_json::Value {
     serde_json::json!([{"role": "user", "content": text}])
 }
+
+/// Replaces the section between `<!-- {name}:start -->` and `<!-- {name}:end -->` in
+/// `docs/benchmarks.md` (appending it when absent), so each benchmark owns its own section.
+pub fn write_benchmark_section(name: &str, body: &str) -> std::io::Result<()> {
+    let path = workspace_root().join("docs/benchmarks.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n".into());
+    let (start, end) = (
+        format!("<!-- {name}:start -->"),
+        format!("<!-- {name}:end -->"),
+    );
+    let section = format!("{start}\n{}\n{end}", body.trim_end());
+    let updated = match (text.find(&start), text.find(&end)) {
+        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &text[..a], &text[b + end.len()..]),
+        _ => format!("{}\n{section}\n", text.trim_end()),
+    };
+    std::fs::write(path, updated)
+}
+
+/// One line naming this machine: CPU model, cores, memory.
+pub fn machine_description() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_gib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    format!("{model}, {cores} cores, {mem_gib:.0} GiB")
+}

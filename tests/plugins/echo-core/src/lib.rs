@@ -10,6 +10,7 @@
 //! | `tag_tokens` | false | prefix every token with `[plugin@version/label]` |
 //! | `fail_on_create` / `panic_on_create` | false | model creation fails / panics |
 //! | `fail_on_warm` | false | warm-up fails |
+//! | `inline` | false | answer inside `submit` on the caller's thread (measures the bare ABI cost) |
 //!
 //! Requests whose text contains `#fail` fail after their first token; `#panic` panics inside
 //! `submit`; `#panic-worker` panics on the worker thread after the first token. These exist so
@@ -50,6 +51,8 @@ pub struct EchoSettings {
     pub panic_on_create: bool,
     #[serde(default)]
     pub fail_on_warm: bool,
+    #[serde(default)]
+    pub inline: bool,
 }
 
 fn default_slots() -> u32 {
@@ -167,6 +170,9 @@ impl PluginModel for EchoModel {
         {
             panic!("the request asked for a panic");
         }
+        if self.settings.inline {
+            return self.answer_inline(&words, &sink);
+        }
         let cancel = Arc::new(AtomicBool::new(false));
         let mut state = self.shared.state.lock().unwrap();
         if state.draining {
@@ -257,6 +263,33 @@ impl PluginModel for EchoModel {
 }
 
 impl EchoModel {
+    /// The whole answer inside `submit`: no thread, no queue; what is left is the ABI and the
+    /// host's event channel.
+    fn answer_inline(&self, words: &[String], sink: &EventSinkBox) -> Result<(), PluginError> {
+        let prompt_tokens = words.len() as u32;
+        sink.send(Event::Started { prompt_tokens });
+        for (i, word) in words.iter().enumerate() {
+            let piece = if i == 0 {
+                word.clone()
+            } else {
+                format!(" {word}")
+            };
+            sink.send(Event::Token {
+                id: i as u32,
+                text: piece.into(),
+            });
+        }
+        let usage = Usage {
+            prompt_tokens,
+            completion_tokens: prompt_tokens,
+        };
+        sink.send(Event::Finished {
+            reason: FinishReason::Stop,
+            usage,
+        });
+        Ok(())
+    }
+
     /// The tokens to stream: the words of the last user message, and a description of each
     /// media part when this flavour accepts media.
     fn words_of(&self, request: &Request) -> Result<Vec<String>, PluginError> {

@@ -7,4 +7,5 @@
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections).
 
 pub mod audio;
+pub mod image;
 pub mod limits;

@@ -9,3 +9,4 @@
 pub mod audio;
 pub mod image;
 pub mod limits;
+pub mod prompt;

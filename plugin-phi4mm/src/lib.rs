@@ -5,3 +5,8 @@
 //!   [`prompt`] (tokenizer, chat template, placeholders);
 //! - [`checkpoint`]: safetensors loading for both layouts and validation before compute;
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections).
+
+pub mod audio;
+pub mod image;
+pub mod limits;
+pub mod prompt;

@@ -2,6 +2,11 @@
 
 use clap::{Parser, Subcommand};
 
+mod features;
+mod image_prep;
+mod tensors_out;
+mod tokenize;
+
 #[derive(Parser)]
 #[command(
     name = "phi4mm",
@@ -14,9 +19,27 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Audio clip → log-mel features (safetensors).
+    Features(features::Args),
+    /// Image → dynamic-HD crops, masks, sizes, token count (safetensors).
+    Image(image_prep::Args),
+    /// Text or chat messages → token ids (JSON on stdout).
+    Tokenize(tokenize::Args),
+}
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    let result = match cli.command {
+        Command::Features(args) => features::run(args),
+        Command::Image(args) => image_prep::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -189,6 +189,15 @@ impl Instance {
                 self.name, before, self.max_in_flight
             )));
         }
+        // A drain may have begun between the state check and the reservation; the drain counts
+        // in-flight requests after it flips the state, so re-checking here closes the gap.
+        if self.state() != InstanceState::Ready {
+            return Err(Refusal::Unavailable(format!(
+                "model {} is {:?}",
+                self.name,
+                self.state()
+            )));
+        }
         let (sink, rx) = sink::channel();
         let guard = self.model.read().unwrap();
         let Some(model) = guard.as_ref() else {

@@ -177,7 +177,9 @@ mod tests {
     fn weights_are_exact_in_every_window_and_interleaved() {
         let weights = [5, 1, 1];
         let mut current = [0; 3];
-        let picks: Vec<usize> = (0..14).map(|_| smooth_weighted_pick(&mut current, &weights)).collect();
+        let picks: Vec<usize> = (0..14)
+            .map(|_| smooth_weighted_pick(&mut current, &weights))
+            .collect();
         for window in picks.chunks(7) {
             assert_eq!(window.iter().filter(|&&p| p == 0).count(), 5);
             assert_eq!(window.iter().filter(|&&p| p == 1).count(), 1);

@@ -195,7 +195,8 @@ ABI cost through the real loader (echo plugin in `inline` mode, on the caller's 
 `submit` + 3 events (Started, Token, Finished) through the host's channel sink: **{submit_us:.2} µs**;\n\
 `stats()` round trip: **{stats_us:.3} µs**.\n\n\
 The switchyard side includes a second process, the route table, admission, the plugin's worker\n\
-thread per request and the event channel; the baseline includes none of these.\n",
+thread per request and the event channel; the baseline includes none of these. These machines\n\
+are shared and noisy (other builds may run beside the benchmark): read the ratios of one run.\n",
         machine = machine_description(),
         phase = PHASE.as_secs(),
         brps = baseline.rps(),

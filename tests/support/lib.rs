@@ -150,6 +150,10 @@ impl Server {
         panic!("server did not become ready; log:\n{}", self.log());
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn log(&self) -> String {
         let mut s = String::new();
         if let Ok(mut f) = std::fs::File::open(self.dir.path().join("server.log")) {

@@ -52,11 +52,7 @@ pub async fn status(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
     });
     let mut instances: Vec<Value> = generation.instances().map(describe).collect();
     instances.sort_by_key(|i| i["name"].as_str().unwrap_or_default().to_string());
-    let retired: Vec<Value> = runtime
-        .retired_instances()
-        .iter()
-        .map(describe)
-        .collect();
+    let retired: Vec<Value> = runtime.retired_instances().iter().map(describe).collect();
     Json(json!({
         "generation": generation.id,
         "config": generation.config.source,

@@ -97,18 +97,19 @@ impl ChatRequest {
         }
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, message) in self.messages.iter().enumerate() {
-            let role =
-                match message.role.as_str() {
-                    "system" | "developer" => Role::System,
-                    "user" => Role::User,
-                    "assistant" => Role::Assistant,
-                    other => return Err(ApiError::invalid_param(
+            let role = match message.role.as_str() {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                other => {
+                    return Err(ApiError::invalid_param(
                         format!("messages[{i}].role"),
                         format!(
                             "role {other:?} is not supported (system, developer, user, assistant)"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             let mut parts = Vec::new();
             match &message.content {
                 None => {}

@@ -4,7 +4,7 @@
 //! unloading Rust code with thread-local destructors is unsound), so a reload that replaces a
 //! version leaves the old one mapped as a *retired* library; their number is capped.
 
-use abi_stable::library::{lib_header_from_path, LibraryError, RootModule};
+use abi_stable::library::{lib_header_from_path, LibraryError};
 use sha2::{Digest, Sha256};
 use std::{
     collections::HashMap,
@@ -299,6 +299,3 @@ fn describe_library_error(error: LibraryError) -> String {
     };
     format!("{kind}: {}", lines.join(" | "))
 }
-
-/// Keeps `PluginModRef: RootModule` in the public API of this module, for readers.
-pub const ROOT_MODULE_NAME: &str = <PluginModRef as RootModule>::NAME;

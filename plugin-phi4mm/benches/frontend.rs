@@ -10,7 +10,12 @@ use switchyard_phi4mm::audio::{self, AudioOptions, ResampleMode};
 use switchyard_phi4mm::image::{self, ImageOptions};
 
 fn wav_30s(rate: u32) -> Vec<u8> {
-    let spec = hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
     let mut cursor = Cursor::new(Vec::new());
     let mut writer = hound::WavWriter::new(&mut cursor, spec).unwrap();
     let mut seed = 12345u32;
@@ -46,7 +51,11 @@ fn time(label: &str, runs: usize, mut f: impl FnMut()) {
         })
         .collect();
     ms.sort_by(f64::total_cmp);
-    println!("{label:<58} median {:8.2} ms   min {:8.2} ms   ({runs} runs)", ms[runs / 2], ms[0]);
+    println!(
+        "{label:<58} median {:8.2} ms   min {:8.2} ms   ({runs} runs)",
+        ms[runs / 2],
+        ms[0]
+    );
 }
 
 fn main() {
@@ -54,21 +63,32 @@ fn main() {
     let wav44 = wav_30s(44_100);
     let png = png_1344x896();
     let polyphase = AudioOptions::default();
-    let reference = AudioOptions { resample: ResampleMode::Reference, ..AudioOptions::default() };
+    let reference = AudioOptions {
+        resample: ResampleMode::Reference,
+        ..AudioOptions::default()
+    };
     time("audio: 30 s 16 kHz WAV -> log-mel [2998, 80]", 20, || {
         let f = audio::features_from_bytes(&wav16, &polyphase).unwrap();
         assert_eq!(f.frames, 2998);
     });
-    time("audio: 30 s 44.1 kHz WAV -> polyphase 16 kHz -> log-mel", 10, || {
-        audio::features_from_bytes(&wav44, &polyphase).unwrap();
-    });
+    time(
+        "audio: 30 s 44.1 kHz WAV -> polyphase 16 kHz -> log-mel",
+        10,
+        || {
+            audio::features_from_bytes(&wav44, &polyphase).unwrap();
+        },
+    );
     time("audio: 30 s 44.1 kHz WAV, reference mode", 10, || {
         audio::features_from_bytes(&wav44, &reference).unwrap();
     });
-    time("image: 1344x896 PNG -> 7 crops (decode included)", 20, || {
-        let p = image::preprocess(&png, &ImageOptions::default()).unwrap();
-        assert_eq!(p.num_img_tokens, 1841);
-    });
+    time(
+        "image: 1344x896 PNG -> 7 crops (decode included)",
+        20,
+        || {
+            let p = image::preprocess(&png, &ImageOptions::default()).unwrap();
+            assert_eq!(p.num_img_tokens, 1841);
+        },
+    );
     let rgb = ::image::load_from_memory(&png).unwrap().to_rgb8();
     time("image: 1344x896 decoded RGB -> 7 crops", 20, || {
         image::preprocess_rgb(&rgb, 36).unwrap();

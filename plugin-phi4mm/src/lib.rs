@@ -5,3 +5,5 @@
 //!   [`prompt`] (tokenizer, chat template, placeholders);
 //! - [`checkpoint`]: safetensors loading for both layouts and validation before compute;
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections).
+
+pub mod checkpoint;

@@ -7,3 +7,4 @@
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections).
 
 pub mod checkpoint;
+pub mod model;

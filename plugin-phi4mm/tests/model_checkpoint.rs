@@ -19,7 +19,11 @@ fn both_layouts_load_to_identical_tensors() {
     assert_eq!(names_a, names_b);
     assert_eq!(names_a.len(), 211);
     for name in names_a {
-        assert_eq!(native.tensor(name).to_f32_vec(), original.tensor(name).to_f32_vec(), "{name}");
+        assert_eq!(
+            native.tensor(name).to_f32_vec(),
+            original.tensor(name).to_f32_vec(),
+            "{name}"
+        );
     }
     let c = &native.config;
     assert_eq!(c.text.hidden_size, 48);
@@ -36,5 +40,7 @@ fn both_layouts_load_to_identical_tensors() {
     assert_eq!(native.config.vision, original.config.vision);
     assert_eq!(native.config.audio, original.config.audio);
     assert_eq!(native.config.speech_lora, original.config.speech_lora);
-    assert!(native.lora(1, "mlp.down_proj", AdapterName::Speech).is_some());
+    assert!(native
+        .lora(1, "mlp.down_proj", AdapterName::Speech)
+        .is_some());
 }

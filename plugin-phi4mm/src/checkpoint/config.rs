@@ -60,7 +60,11 @@ impl VisionConfig {
     pub fn layers_used(&self) -> usize {
         // hidden_states has num_layers + 1 entries (embeddings first).
         let n = self.num_layers as i64 + 1;
-        let idx = if self.feature_layer < 0 { n + self.feature_layer } else { self.feature_layer };
+        let idx = if self.feature_layer < 0 {
+            n + self.feature_layer
+        } else {
+            self.feature_layer
+        };
         idx.clamp(0, self.num_layers as i64) as usize
     }
 }
@@ -174,10 +178,12 @@ impl<'a> Obj<'a> {
     fn usize_opt(&self, k: &str) -> Result<Option<usize>> {
         match self.get(k) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|x| Some(x as usize))
-                .ok_or_else(|| invalid(&self.key(k), format!("expected a non-negative integer, got {v}"))),
+            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                invalid(
+                    &self.key(k),
+                    format!("expected a non-negative integer, got {v}"),
+                )
+            }),
         }
     }
 
@@ -202,7 +208,8 @@ impl<'a> Obj<'a> {
     }
 
     fn usize_req(&self, k: &str) -> Result<usize> {
-        self.usize_opt(k)?.ok_or_else(|| invalid(&self.key(k), "missing"))
+        self.usize_opt(k)?
+            .ok_or_else(|| invalid(&self.key(k), "missing"))
     }
 
     fn usize_or(&self, k: &str, default: usize) -> Result<usize> {
@@ -235,7 +242,11 @@ impl<'a> Obj<'a> {
             None => Ok(None),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| v.as_u64().map(|x| x as u32).ok_or_else(|| invalid(&self.key(k), format!("bad id {v}"))))
+                .map(|v| {
+                    v.as_u64()
+                        .map(|x| x as u32)
+                        .ok_or_else(|| invalid(&self.key(k), format!("bad id {v}")))
+                })
                 .collect::<Result<Vec<_>>>()
                 .map(Some),
             Some(v) => v
@@ -283,7 +294,9 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
                 time_reduction: a.usize_or("time_reduction", 8)?,
                 kernel_size: a.usize_or("kernel_size", 3)?,
                 ext_pw_out_channel: a.usize_or("ext_pw_out_channel", 1024)?,
-                depthwise_separable_out_channel: match a.usize_opt("depthwise_separable_out_channel")? {
+                depthwise_separable_out_channel: match a
+                    .usize_opt("depthwise_separable_out_channel")?
+                {
                     Some(x) => x,
                     None => a.usize_or("depthwise_seperable_out_channel", 1024)?,
                 },
@@ -294,13 +307,22 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
             };
             let speech = read_adapter_config(&dir.join("speech-lora"))?;
             let vis = read_adapter_config(&dir.join("vision-lora"))?;
-            let image_id = v.usize_opt("image_token_id")?.map(|x| x as u32).unwrap_or(defaults::IMAGE_TOKEN_ID);
-            let audio_id = a.usize_opt("audio_token_id")?.map(|x| x as u32).unwrap_or(defaults::AUDIO_TOKEN_ID);
+            let image_id = v
+                .usize_opt("image_token_id")?
+                .map(|x| x as u32)
+                .unwrap_or(defaults::IMAGE_TOKEN_ID);
+            let audio_id = a
+                .usize_opt("audio_token_id")?
+                .map(|x| x as u32)
+                .unwrap_or(defaults::AUDIO_TOKEN_ID);
             (vision, audio, speech, vis, image_id, audio_id)
         }
         Layout::Original => {
             let v = top.child("vision_config");
-            let crop = top.child("embd_layer").child("image_embd_layer").usize_opt("crop_size")?;
+            let crop = top
+                .child("embd_layer")
+                .child("image_embd_layer")
+                .usize_opt("crop_size")?;
             let vision = parse_vision(&v, crop)?;
             let ap = top.child("audio_processor").child("config");
             let ael = top.child("embd_layer").child("audio_embd_layer");
@@ -310,11 +332,14 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
                 num_heads: ap.usize_or("attention_heads", 16)?,
                 intermediate_size: ap.usize_or("linear_units", 1536)?,
                 num_blocks: ap.usize_or("num_blocks", 24)?,
-                nemo_conv_channels: ap.child("nemo_conv_settings").usize_or("conv_channels", 1024)?,
+                nemo_conv_channels: ap
+                    .child("nemo_conv_settings")
+                    .usize_or("conv_channels", 1024)?,
                 time_reduction: ap.usize_or("time_reduction", 8)?,
                 kernel_size: ap.usize_or("kernel_size", 3)?,
                 ext_pw_out_channel: ap.usize_or("ext_pw_out_channel", 1024)?,
-                depthwise_separable_out_channel: ap.usize_or("depthwise_seperable_out_channel", 1024)?,
+                depthwise_separable_out_channel: ap
+                    .usize_or("depthwise_seperable_out_channel", 1024)?,
                 bias_max_distance: ap
                     .child("relative_attention_bias_args")
                     .usize_or("t5_bias_max_distance", 500)?,
@@ -329,12 +354,28 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
                 }
                 Ok(Some(LoraConfig {
                     r: o.usize_req("r")?,
-                    alpha: o.f64_opt("lora_alpha")?.ok_or_else(|| invalid(&o.key("lora_alpha"), "missing"))? as f32,
+                    alpha: o
+                        .f64_opt("lora_alpha")?
+                        .ok_or_else(|| invalid(&o.key("lora_alpha"), "missing"))?
+                        as f32,
                 }))
             };
-            let image_id = top.usize_opt("image_token_id")?.map(|x| x as u32).unwrap_or(defaults::IMAGE_TOKEN_ID);
-            let audio_id = top.usize_opt("audio_token_id")?.map(|x| x as u32).unwrap_or(defaults::AUDIO_TOKEN_ID);
-            (vision, audio, lora("speech_lora")?, lora("vision_lora")?, image_id, audio_id)
+            let image_id = top
+                .usize_opt("image_token_id")?
+                .map(|x| x as u32)
+                .unwrap_or(defaults::IMAGE_TOKEN_ID);
+            let audio_id = top
+                .usize_opt("audio_token_id")?
+                .map(|x| x as u32)
+                .unwrap_or(defaults::AUDIO_TOKEN_ID);
+            (
+                vision,
+                audio,
+                lora("speech_lora")?,
+                lora("vision_lora")?,
+                image_id,
+                audio_id,
+            )
         }
     };
 
@@ -348,7 +389,9 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
     }
     let eos = match eos {
         Some(e) => e,
-        None => top.ids("eos_token_id")?.unwrap_or(defaults::EOS_TOKEN_IDS.to_vec()),
+        None => top
+            .ids("eos_token_id")?
+            .unwrap_or(defaults::EOS_TOKEN_IDS.to_vec()),
     };
 
     let config = ModelConfig {
@@ -372,22 +415,35 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
     let heads = top.usize_req("num_attention_heads")?;
     let kv = top.usize_opt("num_key_value_heads")?.unwrap_or(heads);
     if heads == 0 || hidden % heads != 0 {
-        return Err(invalid("num_attention_heads", format!("{heads} does not divide hidden_size {hidden}")));
+        return Err(invalid(
+            "num_attention_heads",
+            format!("{heads} does not divide hidden_size {hidden}"),
+        ));
     }
     if kv == 0 || heads % kv != 0 {
-        return Err(invalid("num_key_value_heads", format!("{kv} does not divide num_attention_heads {heads}")));
+        return Err(invalid(
+            "num_key_value_heads",
+            format!("{kv} does not divide num_attention_heads {heads}"),
+        ));
     }
     let head_dim = hidden / heads;
     // transformers 5 keeps RoPE in `rope_parameters`; 4.x and the original use `rope_scaling`.
     let rp = top.child("rope_parameters");
-    let rs = if rp.value.is_some() { rp } else { top.child("rope_scaling") };
+    let rs = if rp.value.is_some() {
+        rp
+    } else {
+        top.child("rope_scaling")
+    };
     let partial = match rs.f64_opt("partial_rotary_factor")? {
         Some(p) => p,
         None => top.f64_or("partial_rotary_factor", 1.0)?,
     };
     let rotary_dim = (head_dim as f64 * partial) as usize;
     if rotary_dim % 2 != 0 || rotary_dim > head_dim {
-        return Err(invalid("partial_rotary_factor", format!("gives rotary dim {rotary_dim} for head dim {head_dim}")));
+        return Err(invalid(
+            "partial_rotary_factor",
+            format!("gives rotary dim {rotary_dim} for head dim {head_dim}"),
+        ));
     }
     let theta = match rs.f64_opt("rope_theta")? {
         Some(t) => t,
@@ -407,13 +463,21 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
         None | Some("default") => None,
         // "su" and "yarn" are older spellings the reference reads as longrope.
         Some("longrope") | Some("su") | Some("yarn") => {
-            let short = rs.f32_list("short_factor")?.ok_or_else(|| invalid(&rs.key("short_factor"), "missing"))?;
-            let long = rs.f32_list("long_factor")?.ok_or_else(|| invalid(&rs.key("long_factor"), "missing"))?;
+            let short = rs
+                .f32_list("short_factor")?
+                .ok_or_else(|| invalid(&rs.key("short_factor"), "missing"))?;
+            let long = rs
+                .f32_list("long_factor")?
+                .ok_or_else(|| invalid(&rs.key("long_factor"), "missing"))?;
             for (k, f) in [("short_factor", &short), ("long_factor", &long)] {
                 if f.len() != rotary_dim / 2 {
                     return Err(invalid(
                         &rs.key(k),
-                        format!("has {} entries, rotary dim {rotary_dim} needs {}", f.len(), rotary_dim / 2),
+                        format!(
+                            "has {} entries, rotary dim {rotary_dim} needs {}",
+                            f.len(),
+                            rotary_dim / 2
+                        ),
                     ));
                 }
                 if f.iter().any(|x| !x.is_finite() || *x <= 0.0) {
@@ -432,11 +496,19 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
                 attention_factor,
             })
         }
-        Some(other) => return Err(invalid(&rs.key("type"), format!("unsupported rope type `{other}`"))),
+        Some(other) => {
+            return Err(invalid(
+                &rs.key("type"),
+                format!("unsupported rope type `{other}`"),
+            ))
+        }
     };
     if let Some(act) = top.get("hidden_act").and_then(|v| v.as_str()) {
         if act != "silu" {
-            return Err(invalid("hidden_act", format!("`{act}` (only silu is supported)")));
+            return Err(invalid(
+                "hidden_act",
+                format!("`{act}` (only silu is supported)"),
+            ));
         }
     }
     Ok(TextConfig {
@@ -453,7 +525,10 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
         max_position_embeddings: max_pos,
         original_max_position_embeddings: orig_max,
         longrope,
-        tie_word_embeddings: top.get("tie_word_embeddings").and_then(|v| v.as_bool()).unwrap_or(true),
+        tie_word_embeddings: top
+            .get("tie_word_embeddings")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true),
     })
 }
 
@@ -468,7 +543,9 @@ fn parse_vision(v: &Obj, crop_size: Option<usize>) -> Result<VisionConfig> {
         num_channels: v.usize_or("num_channels", 3)?,
         image_size,
         patch_size: v.usize_or("patch_size", 14)?,
-        crop_size: crop_size.or(v.usize_opt("crop_size")?).unwrap_or(image_size),
+        crop_size: crop_size
+            .or(v.usize_opt("crop_size")?)
+            .unwrap_or(image_size),
         layer_norm_eps: v.f64_or("layer_norm_eps", 1e-6)? as f32,
         feature_layer: v.i64_opt("feature_layer")?.unwrap_or(-2),
     })
@@ -483,7 +560,9 @@ fn read_adapter_config(dir: &Path) -> Result<Option<LoraConfig>> {
     let o = Obj::new(Some(&v), &format!("{}:", path.display()));
     Ok(Some(LoraConfig {
         r: o.usize_req("r")?,
-        alpha: o.f64_opt("lora_alpha")?.ok_or_else(|| invalid(&o.key("lora_alpha"), "missing"))? as f32,
+        alpha: o
+            .f64_opt("lora_alpha")?
+            .ok_or_else(|| invalid(&o.key("lora_alpha"), "missing"))? as f32,
     }))
 }
 
@@ -503,8 +582,13 @@ fn check_architecture(c: &ModelConfig) -> Result<()> {
     if !(t.rms_norm_eps > 0.0 && t.rms_norm_eps.is_finite()) {
         return Err(invalid("rms_norm_eps", "must be finite and > 0"));
     }
-    if t.original_max_position_embeddings == 0 || t.original_max_position_embeddings > t.max_position_embeddings {
-        return Err(invalid("original_max_position_embeddings", "must be in 1..=max_position_embeddings"));
+    if t.original_max_position_embeddings == 0
+        || t.original_max_position_embeddings > t.max_position_embeddings
+    {
+        return Err(invalid(
+            "original_max_position_embeddings",
+            "must be in 1..=max_position_embeddings",
+        ));
     }
     for (key, id) in [
         ("image_token_id", c.image_token_id),
@@ -513,25 +597,46 @@ fn check_architecture(c: &ModelConfig) -> Result<()> {
         ("pad_token_id", c.pad_token_id),
     ] {
         if id as usize >= t.vocab_size {
-            return Err(invalid(key, format!("{id} is outside the vocabulary ({})", t.vocab_size)));
+            return Err(invalid(
+                key,
+                format!("{id} is outside the vocabulary ({})", t.vocab_size),
+            ));
         }
     }
     let v = &c.vision;
     if v.num_heads == 0 || v.hidden_size % v.num_heads != 0 {
-        return Err(invalid("vision_config.num_attention_heads", "must divide hidden_size"));
+        return Err(invalid(
+            "vision_config.num_attention_heads",
+            "must divide hidden_size",
+        ));
     }
     if v.patch_size == 0 || v.image_size % v.patch_size != 0 || v.grid() % 2 != 0 {
-        return Err(invalid("vision_config.patch_size", "image_size / patch_size must be an even integer"));
+        return Err(invalid(
+            "vision_config.patch_size",
+            "image_size / patch_size must be an even integer",
+        ));
     }
     if v.crop_size != v.image_size {
-        return Err(invalid("crop_size", format!("{} differs from vision image_size {}", v.crop_size, v.image_size)));
+        return Err(invalid(
+            "crop_size",
+            format!(
+                "{} differs from vision image_size {}",
+                v.crop_size, v.image_size
+            ),
+        ));
     }
     let a = &c.audio;
     if a.num_heads == 0 || a.hidden_size % a.num_heads != 0 {
-        return Err(invalid("audio num_attention_heads", "must divide the audio hidden size"));
+        return Err(invalid(
+            "audio num_attention_heads",
+            "must divide the audio hidden size",
+        ));
     }
     if !a.time_reduction.is_power_of_two() || a.time_reduction < 2 {
-        return Err(invalid("audio time_reduction", "must be a power of two ≥ 2"));
+        return Err(invalid(
+            "audio time_reduction",
+            "must be a power of two ≥ 2",
+        ));
     }
     if a.ext_pw_out_channel != a.hidden_size || a.depthwise_separable_out_channel != a.hidden_size {
         return Err(invalid(
@@ -540,7 +645,10 @@ fn check_architecture(c: &ModelConfig) -> Result<()> {
         ));
     }
     if a.kernel_size == 0 || a.bias_max_distance == 0 {
-        return Err(invalid("audio kernel_size / bias_max_distance", "must be > 0"));
+        return Err(invalid(
+            "audio kernel_size / bias_max_distance",
+            "must be > 0",
+        ));
     }
     if a.compression_rate != a.time_reduction || a.downsample_rate != 1 {
         return Err(invalid(
@@ -548,13 +656,19 @@ fn check_architecture(c: &ModelConfig) -> Result<()> {
             "only compression_rate == time_reduction and downsample_rate 1 are supported",
         ));
     }
-    for (name, l) in [("speech_lora", c.speech_lora), ("vision_lora", c.vision_lora)] {
+    for (name, l) in [
+        ("speech_lora", c.speech_lora),
+        ("vision_lora", c.vision_lora),
+    ] {
         if let Some(l) = l {
             if l.r == 0 {
                 return Err(invalid(&format!("{name}.r"), "must be > 0"));
             }
             if !(l.alpha.is_finite() && l.alpha > 0.0) {
-                return Err(invalid(&format!("{name}.lora_alpha"), "must be finite and > 0"));
+                return Err(invalid(
+                    &format!("{name}.lora_alpha"),
+                    "must be finite and > 0",
+                ));
             }
         }
     }

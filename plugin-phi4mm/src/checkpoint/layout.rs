@@ -35,7 +35,10 @@ impl AdapterName {
 
 /// Canonical name of a LoRA tensor.
 pub fn lora_name(layer: usize, module: &str, ab: char, adapter: AdapterName) -> String {
-    format!("model.layers.{layer}.{module}.lora_{ab}.{}.weight", adapter.as_str())
+    format!(
+        "model.layers.{layer}.{module}.lora_{ab}.{}.weight",
+        adapter.as_str()
+    )
 }
 
 /// Original remote-code name → canonical name (the rules of transformers' converter).
@@ -48,13 +51,22 @@ pub fn canonical_from_original(name: &str) -> String {
         (".self_attn.linear_k.", ".self_attn.k_proj."),
         (".self_attn.linear_v.", ".self_attn.v_proj."),
         (".self_attn.linear_out.", ".self_attn.o_proj."),
-        ("image_embed.img_projection.0.", "image_embed.img_projection_up."),
-        ("image_embed.img_projection.2.", "image_embed.img_projection_down."),
+        (
+            "image_embed.img_projection.0.",
+            "image_embed.img_projection_up.",
+        ),
+        (
+            "image_embed.img_projection.2.",
+            "image_embed.img_projection_down.",
+        ),
         ("audio_projection.speech.0.", "up_proj_for_speech."),
         ("audio_projection.speech.2.", "down_proj_for_speech."),
         ("audio_projection.vision.0.", "up_proj_for_vision_speech."),
         ("audio_projection.vision.2.", "down_proj_for_vision_speech."),
-        ("image_embed.glb_GN", "image_embed.global_img_feature_extensor"),
+        (
+            "image_embed.glb_GN",
+            "image_embed.global_img_feature_extensor",
+        ),
     ];
     for (from, to) in RULES {
         if n.contains(from) {
@@ -79,7 +91,11 @@ pub fn canonical_from_adapter_file(key: &str, adapter: AdapterName) -> Option<St
             let rest = &key[pos + marker.len()..];
             // Either nothing follows, or exactly one adapter-name segment.
             if rest.is_empty() || (rest.starts_with('.') && !rest[1..].contains('.')) {
-                return Some(format!("{}.lora_{ab}.{}.weight", &key[..pos], adapter.as_str()));
+                return Some(format!(
+                    "{}.lora_{ab}.{}.weight",
+                    &key[..pos],
+                    adapter.as_str()
+                ));
             }
         }
     }

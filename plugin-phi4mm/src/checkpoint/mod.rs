@@ -53,7 +53,11 @@ impl Checkpoint {
         let raw = load_main_tensors(dir)?;
         let is_original = root.get("model_type").and_then(|v| v.as_str()) == Some("phi4mm")
             || raw.keys().any(|k| k.contains(".base_layer.weight"));
-        let layout = if is_original { Layout::Original } else { Layout::Transformers };
+        let layout = if is_original {
+            Layout::Original
+        } else {
+            Layout::Transformers
+        };
         let config = config::parse_config(dir, &root, layout)?;
 
         let mut tensors: BTreeMap<String, TensorView> = BTreeMap::new();
@@ -118,9 +122,18 @@ impl Checkpoint {
     }
 
     /// LoRA (A, B) of one adapter for `model.layers.{layer}.{module}`, if that adapter is present.
-    pub fn lora(&self, layer: usize, module: &str, adapter: AdapterName) -> Option<(&TensorView, &TensorView)> {
-        let a = self.tensors.get(&layout::lora_name(layer, module, 'A', adapter))?;
-        let b = self.tensors.get(&layout::lora_name(layer, module, 'B', adapter))?;
+    pub fn lora(
+        &self,
+        layer: usize,
+        module: &str,
+        adapter: AdapterName,
+    ) -> Option<(&TensorView, &TensorView)> {
+        let a = self
+            .tensors
+            .get(&layout::lora_name(layer, module, 'A', adapter))?;
+        let b = self
+            .tensors
+            .get(&layout::lora_name(layer, module, 'B', adapter))?;
         Some((a, b))
     }
 
@@ -150,11 +163,16 @@ fn load_main_tensors(dir: &Path) -> Result<BTreeMap<String, TensorView>> {
         })?;
     let mut shards: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (tensor, file) in map {
-        let file = file.as_str().ok_or_else(|| CheckpointError::InvalidConfig {
-            key: format!("{}: weight_map.{tensor}", index_path.display()),
-            reason: "shard name is not a string".into(),
-        })?;
-        shards.entry(file.to_string()).or_default().push(tensor.clone());
+        let file = file
+            .as_str()
+            .ok_or_else(|| CheckpointError::InvalidConfig {
+                key: format!("{}: weight_map.{tensor}", index_path.display()),
+                reason: "shard name is not a string".into(),
+            })?;
+        shards
+            .entry(file.to_string())
+            .or_default()
+            .push(tensor.clone());
     }
     let mut all = BTreeMap::new();
     for (file, listed) in shards {

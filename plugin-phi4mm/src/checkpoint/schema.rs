@@ -54,9 +54,15 @@ pub fn expected_schema(c: &ModelConfig) -> Schema {
     let vp = VISION_PREFIX;
     let vh = v.hidden_size;
     let ip = format!("{vp}img_processor.");
-    req(format!("{ip}embeddings.patch_embedding.weight"), vec![vh, v.num_channels, v.patch_size, v.patch_size]);
+    req(
+        format!("{ip}embeddings.patch_embedding.weight"),
+        vec![vh, v.num_channels, v.patch_size, v.patch_size],
+    );
     req(format!("{ip}embeddings.patch_embedding.bias"), vec![vh]);
-    req(format!("{ip}embeddings.position_embedding.weight"), vec![v.grid() * v.grid(), vh]);
+    req(
+        format!("{ip}embeddings.position_embedding.weight"),
+        vec![v.grid() * v.grid(), vh],
+    );
     for i in 0..v.num_layers {
         let p = format!("{ip}encoder.layers.{i}.");
         for ln in ["layer_norm1", "layer_norm2"] {
@@ -85,18 +91,30 @@ pub fn expected_schema(c: &ModelConfig) -> Schema {
     let ep = format!("{ap}encoder.");
     let ah = a.hidden_size;
     let cc = a.nemo_conv_channels;
-    req(format!("{ep}encoder_embedding.global_mean"), vec![a.input_size]);
-    req(format!("{ep}encoder_embedding.global_invstd"), vec![a.input_size]);
+    req(
+        format!("{ep}encoder_embedding.global_mean"),
+        vec![a.input_size],
+    );
+    req(
+        format!("{ep}encoder_embedding.global_invstd"),
+        vec![a.input_size],
+    );
     req(format!("{ep}embed.conv.0.weight"), vec![cc, 1, 3, 3]);
     req(format!("{ep}embed.conv.0.bias"), vec![cc]);
     for stage in 1..a.subsampling_stages() {
         let dw = 3 * stage - 1;
         req(format!("{ep}embed.conv.{dw}.weight"), vec![cc, 1, 3, 3]);
         req(format!("{ep}embed.conv.{dw}.bias"), vec![cc]);
-        req(format!("{ep}embed.conv.{}.weight", dw + 1), vec![cc, cc, 1, 1]);
+        req(
+            format!("{ep}embed.conv.{}.weight", dw + 1),
+            vec![cc, cc, 1, 1],
+        );
         req(format!("{ep}embed.conv.{}.bias", dw + 1), vec![cc]);
     }
-    req(format!("{ep}embed.out.weight"), vec![ah, cc * a.subsampled_freq()]);
+    req(
+        format!("{ep}embed.out.weight"),
+        vec![ah, cc * a.subsampled_freq()],
+    );
     req(format!("{ep}embed.out.bias"), vec![ah]);
     req(
         format!("{ep}relative_attention_bias_layer.bias_values.weight"),
@@ -107,9 +125,18 @@ pub fn expected_schema(c: &ModelConfig) -> Schema {
         for ff in ["feed_forward_in", "feed_forward_out"] {
             req(format!("{p}{ff}.layer_norm.weight"), vec![ah]);
             req(format!("{p}{ff}.layer_norm.bias"), vec![ah]);
-            req(format!("{p}{ff}.gate_up_proj.weight"), vec![2 * a.intermediate_size, ah]);
-            req(format!("{p}{ff}.gate_up_proj.bias"), vec![2 * a.intermediate_size]);
-            req(format!("{p}{ff}.down_proj.weight"), vec![ah, a.intermediate_size]);
+            req(
+                format!("{p}{ff}.gate_up_proj.weight"),
+                vec![2 * a.intermediate_size, ah],
+            );
+            req(
+                format!("{p}{ff}.gate_up_proj.bias"),
+                vec![2 * a.intermediate_size],
+            );
+            req(
+                format!("{p}{ff}.down_proj.weight"),
+                vec![ah, a.intermediate_size],
+            );
             req(format!("{p}{ff}.down_proj.bias"), vec![ah]);
         }
         for proj in ["q_proj", "k_proj", "v_proj", "o_proj"] {
@@ -120,19 +147,31 @@ pub fn expected_schema(c: &ModelConfig) -> Schema {
             req(format!("{p}{ln}.weight"), vec![ah]);
             req(format!("{p}{ln}.bias"), vec![ah]);
         }
-        req(format!("{p}conv.glu.ext_pw_conv_1d.weight"), vec![2 * ah, ah, 1]);
+        req(
+            format!("{p}conv.glu.ext_pw_conv_1d.weight"),
+            vec![2 * ah, ah, 1],
+        );
         req(format!("{p}conv.glu.ext_pw_conv_1d.bias"), vec![2 * ah]);
         req(format!("{p}conv.glu.b1"), vec![1, ah, 1]);
         req(format!("{p}conv.glu.b2"), vec![1, ah, 1]);
-        req(format!("{p}conv.dw_sep_conv_1d.dw_conv.weight"), vec![ah, 1, a.kernel_size]);
+        req(
+            format!("{p}conv.dw_sep_conv_1d.dw_conv.weight"),
+            vec![ah, 1, a.kernel_size],
+        );
         req(format!("{p}conv.dw_sep_conv_1d.dw_conv.bias"), vec![ah]);
-        req(format!("{p}conv.dw_sep_conv_1d.pw_conv.weight"), vec![ah, ah, 1]);
+        req(
+            format!("{p}conv.dw_sep_conv_1d.pw_conv.weight"),
+            vec![ah, ah, 1],
+        );
         req(format!("{p}conv.dw_sep_conv_1d.pw_conv.bias"), vec![ah]);
         req(format!("{p}conv.ext_pw_conv_1d.weight"), vec![ah, ah, 1]);
         req(format!("{p}conv.ext_pw_conv_1d.bias"), vec![ah]);
     }
     for branch in ["speech", "vision_speech"] {
-        req(format!("{ap}up_proj_for_{branch}.weight"), vec![h, ah * a.downsample_rate]);
+        req(
+            format!("{ap}up_proj_for_{branch}.weight"),
+            vec![h, ah * a.downsample_rate],
+        );
         req(format!("{ap}up_proj_for_{branch}.bias"), vec![h]);
         req(format!("{ap}down_proj_for_{branch}.weight"), vec![h, h]);
         req(format!("{ap}down_proj_for_{branch}.bias"), vec![h]);
@@ -146,7 +185,10 @@ pub fn expected_schema(c: &ModelConfig) -> Schema {
     opt(format!("{ip}post_layernorm.weight"), vec![vh]);
     opt(format!("{ip}post_layernorm.bias"), vec![vh]);
     opt(format!("{ip}head.probe"), vec![1, 1, vh]);
-    opt(format!("{ip}head.attention.in_proj_weight"), vec![3 * vh, vh]);
+    opt(
+        format!("{ip}head.attention.in_proj_weight"),
+        vec![3 * vh, vh],
+    );
     opt(format!("{ip}head.attention.in_proj_bias"), vec![3 * vh]);
     opt(format!("{ip}head.attention.out_proj.weight"), vec![vh, vh]);
     opt(format!("{ip}head.attention.out_proj.bias"), vec![vh]);
@@ -157,7 +199,10 @@ pub fn expected_schema(c: &ModelConfig) -> Schema {
     opt(format!("{ip}head.mlp.fc2.weight"), vec![vh, vi]);
     opt(format!("{ip}head.mlp.fc2.bias"), vec![vh]);
     if !t.tie_word_embeddings {
-        s.insert("lm_head.weight".into(), (vec![t.vocab_size, h], Need::Required));
+        s.insert(
+            "lm_head.weight".into(),
+            (vec![t.vocab_size, h], Need::Required),
+        );
     }
     s
 }

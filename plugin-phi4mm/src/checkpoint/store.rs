@@ -158,15 +158,18 @@ impl TensorView {
         // made, the length is a whole number of elements, and every bit pattern is a valid u16/f32.
         unsafe {
             match self.dtype {
-                DType::BF16 => {
-                    WeightData::Bf16(std::slice::from_raw_parts(bytes.as_ptr().cast(), self.numel))
-                }
-                DType::F16 => {
-                    WeightData::F16(std::slice::from_raw_parts(bytes.as_ptr().cast(), self.numel))
-                }
-                DType::F32 => {
-                    WeightData::F32(std::slice::from_raw_parts(bytes.as_ptr().cast(), self.numel))
-                }
+                DType::BF16 => WeightData::Bf16(std::slice::from_raw_parts(
+                    bytes.as_ptr().cast(),
+                    self.numel,
+                )),
+                DType::F16 => WeightData::F16(std::slice::from_raw_parts(
+                    bytes.as_ptr().cast(),
+                    self.numel,
+                )),
+                DType::F32 => WeightData::F32(std::slice::from_raw_parts(
+                    bytes.as_ptr().cast(),
+                    self.numel,
+                )),
             }
         }
     }
@@ -239,7 +242,8 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
         });
     }
     let header: BTreeMap<String, serde_json::Value> =
-        serde_json::from_slice(&mmap[8..8 + header_len]).map_err(|e| bad_header(path, e.to_string()))?;
+        serde_json::from_slice(&mmap[8..8 + header_len])
+            .map_err(|e| bad_header(path, e.to_string()))?;
     let data_start = 8 + header_len;
     let available = file_len - data_start;
     let source = Arc::new(path.to_path_buf());
@@ -282,9 +286,9 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
         entries.push((name, dtype, entry.shape, data_start + begin, numel));
     }
 
-    let aligned = entries.iter().all(|(_, dtype, _, offset, _)| {
-        (mmap.as_ptr() as usize + offset) % dtype.size() == 0
-    });
+    let aligned = entries
+        .iter()
+        .all(|(_, dtype, _, offset, _)| (mmap.as_ptr() as usize + offset) % dtype.size() == 0);
     let backing = if aligned {
         Arc::new(Backing::Mapped(mmap))
     } else {
@@ -297,7 +301,10 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
             owned.resize(start_word + bytes.len().div_ceil(4), 0u32);
             // SAFETY: writing bytes into the freshly sized u32 buffer.
             let dst = unsafe {
-                std::slice::from_raw_parts_mut(owned.as_mut_ptr().cast::<u8>().add(start_word * 4), bytes.len())
+                std::slice::from_raw_parts_mut(
+                    owned.as_mut_ptr().cast::<u8>().add(start_word * 4),
+                    bytes.len(),
+                )
             };
             dst.copy_from_slice(bytes);
             moved.push((name, dtype, shape, start_word * 4, numel));

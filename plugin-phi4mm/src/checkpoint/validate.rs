@@ -13,7 +13,11 @@ use super::schema::{self, Need};
 use super::store::TensorView;
 use super::Progress;
 
-pub fn validate(c: &ModelConfig, tensors: &BTreeMap<String, TensorView>, progress: Progress) -> Result<()> {
+pub fn validate(
+    c: &ModelConfig,
+    tensors: &BTreeMap<String, TensorView>,
+    progress: Progress,
+) -> Result<()> {
     let schema = schema::expected_schema(c);
     let source = |name: &str| tensors[name].source.display().to_string();
 
@@ -28,7 +32,8 @@ pub fn validate(c: &ModelConfig, tensors: &BTreeMap<String, TensorView>, progres
                 });
             }
             let module = module_path.splitn(4, '.').nth(3).unwrap_or("");
-            let (Some(_layer), Some(adapter), Some((din, dout))) = (layer, adapter, schema::module_dims(c, module))
+            let (Some(_layer), Some(adapter), Some((din, dout))) =
+                (layer, adapter, schema::module_dims(c, module))
             else {
                 return Err(CheckpointError::UnexpectedTensor {
                     tensor: name.clone(),
@@ -50,7 +55,11 @@ pub fn validate(c: &ModelConfig, tensors: &BTreeMap<String, TensorView>, progres
                 });
             }
             let shape = &view.shape;
-            let rank = if ab == 'A' { shape.first() } else { shape.get(1) };
+            let rank = if ab == 'A' {
+                shape.first()
+            } else {
+                shape.get(1)
+            };
             if shape.len() == 2 && rank != Some(&cfg.r) {
                 return Err(CheckpointError::RankMismatch {
                     tensor: name.clone(),
@@ -59,7 +68,11 @@ pub fn validate(c: &ModelConfig, tensors: &BTreeMap<String, TensorView>, progres
                     found: *rank.expect("2-d"),
                 });
             }
-            let expected = if ab == 'A' { vec![cfg.r, din] } else { vec![dout, cfg.r] };
+            let expected = if ab == 'A' {
+                vec![cfg.r, din]
+            } else {
+                vec![dout, cfg.r]
+            };
             if *shape != expected {
                 return Err(CheckpointError::ShapeMismatch {
                     tensor: name.clone(),
@@ -90,7 +103,9 @@ pub fn validate(c: &ModelConfig, tensors: &BTreeMap<String, TensorView>, progres
     // 2. Nothing required is missing, and each configured adapter covers every target module.
     for (name, (_, need)) in &schema {
         if *need == Need::Required && !tensors.contains_key(name) {
-            return Err(CheckpointError::MissingTensor { tensor: name.clone() });
+            return Err(CheckpointError::MissingTensor {
+                tensor: name.clone(),
+            });
         }
     }
     for adapter in [AdapterName::Speech, AdapterName::Vision] {
@@ -115,14 +130,21 @@ pub fn validate(c: &ModelConfig, tensors: &BTreeMap<String, TensorView>, progres
     let bad = tensors
         .par_iter()
         .filter_map(|(name, view)| {
-            let r = view.first_non_finite().map(|(index, value)| (name.clone(), index, value));
-            let d = done.fetch_add(view.size_bytes() as u64, Ordering::Relaxed) + view.size_bytes() as u64;
+            let r = view
+                .first_non_finite()
+                .map(|(index, value)| (name.clone(), index, value));
+            let d = done.fetch_add(view.size_bytes() as u64, Ordering::Relaxed)
+                + view.size_bytes() as u64;
             progress(d, total);
             r
         })
         .min_by(|a, b| a.0.cmp(&b.0));
     if let Some((tensor, index, value)) = bad {
-        return Err(CheckpointError::NonFinite { tensor, index, value });
+        return Err(CheckpointError::NonFinite {
+            tensor,
+            index,
+            value,
+        });
     }
     Ok(())
 }

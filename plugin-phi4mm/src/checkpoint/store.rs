@@ -249,6 +249,8 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
     let source = Arc::new(path.to_path_buf());
 
     let mut entries = Vec::new();
+    // (start, name, end) of every tensor whose bytes run past the end of the file.
+    let mut cut: Option<(usize, String, usize)> = None;
     for (name, value) in header {
         if name == "__metadata__" {
             continue;
@@ -276,14 +278,21 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
             ));
         }
         if end > available {
-            return Err(CheckpointError::TruncatedShard {
-                path: path.to_path_buf(),
-                tensor: name,
-                needed: end,
-                available,
-            });
+            // Report the first damaged tensor in file order.
+            if cut.as_ref().is_none_or(|(b, _, _)| begin < *b) {
+                cut = Some((begin, name, end));
+            }
+            continue;
         }
         entries.push((name, dtype, entry.shape, data_start + begin, numel));
+    }
+    if let Some((_, tensor, needed)) = cut {
+        return Err(CheckpointError::TruncatedShard {
+            path: path.to_path_buf(),
+            tensor,
+            needed,
+            available,
+        });
     }
 
     let aligned = entries

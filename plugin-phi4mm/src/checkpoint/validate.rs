@@ -21,65 +21,10 @@ pub fn validate(
     let schema = schema::expected_schema(c);
     let source = |name: &str| tensors[name].source.display().to_string();
 
-    // 1. Every stored tensor is either in the schema with its exact shape or a valid LoRA tensor.
+    // 1. Every stored base tensor is in the schema with its exact shape (checked before the
+    //    LoRA tensors, so a config contradicting the tensors is reported at the base weight).
     for (name, view) in tensors {
-        if let Some((layer, module_path, ab, adapter)) = layout::parse_lora_name(name) {
-            let base = format!("{module_path}.weight");
-            if !tensors.contains_key(&base) {
-                return Err(CheckpointError::LoraWithoutBase {
-                    tensor: name.clone(),
-                    base,
-                });
-            }
-            let module = module_path.splitn(4, '.').nth(3).unwrap_or("");
-            let (Some(_layer), Some(adapter), Some((din, dout))) =
-                (layer, adapter, schema::module_dims(c, module))
-            else {
-                return Err(CheckpointError::UnexpectedTensor {
-                    tensor: name.clone(),
-                    source_file: source(name),
-                });
-            };
-            let Some(cfg) = lora_config(c, adapter) else {
-                return Err(CheckpointError::UnexpectedTensor {
-                    tensor: format!("{name} (no {} adapter config)", adapter.as_str()),
-                    source_file: source(name),
-                });
-            };
-            let other = if ab == 'A' { 'B' } else { 'A' };
-            let pair = name.replace(&format!(".lora_{ab}."), &format!(".lora_{other}."));
-            if !tensors.contains_key(&pair) {
-                return Err(CheckpointError::IncompleteLoraPair {
-                    present: name.clone(),
-                    missing: pair,
-                });
-            }
-            let shape = &view.shape;
-            let rank = if ab == 'A' {
-                shape.first()
-            } else {
-                shape.get(1)
-            };
-            if shape.len() == 2 && rank != Some(&cfg.r) {
-                return Err(CheckpointError::RankMismatch {
-                    tensor: name.clone(),
-                    adapter: adapter.as_str(),
-                    expected: cfg.r,
-                    found: *rank.expect("2-d"),
-                });
-            }
-            let expected = if ab == 'A' {
-                vec![cfg.r, din]
-            } else {
-                vec![dout, cfg.r]
-            };
-            if *shape != expected {
-                return Err(CheckpointError::ShapeMismatch {
-                    tensor: name.clone(),
-                    expected,
-                    found: shape.clone(),
-                });
-            }
+        if layout::parse_lora_name(name).is_some() {
             continue;
         }
         match schema.get(name) {
@@ -100,7 +45,70 @@ pub fn validate(
         }
     }
 
-    // 2. Nothing required is missing, and each configured adapter covers every target module.
+    // 2. Every LoRA tensor has its base, its pair, the configured rank and the exact shape.
+    for (name, view) in tensors {
+        let Some((layer, module_path, ab, adapter)) = layout::parse_lora_name(name) else {
+            continue;
+        };
+        let base = format!("{module_path}.weight");
+        if !tensors.contains_key(&base) {
+            return Err(CheckpointError::LoraWithoutBase {
+                tensor: name.clone(),
+                base,
+            });
+        }
+        let module = module_path.splitn(4, '.').nth(3).unwrap_or("");
+        let (Some(_layer), Some(adapter), Some((din, dout))) =
+            (layer, adapter, schema::module_dims(c, module))
+        else {
+            return Err(CheckpointError::UnexpectedTensor {
+                tensor: name.clone(),
+                source_file: source(name),
+            });
+        };
+        let Some(cfg) = lora_config(c, adapter) else {
+            return Err(CheckpointError::UnexpectedTensor {
+                tensor: format!("{name} (no {} adapter config)", adapter.as_str()),
+                source_file: source(name),
+            });
+        };
+        let other = if ab == 'A' { 'B' } else { 'A' };
+        let pair = name.replace(&format!(".lora_{ab}."), &format!(".lora_{other}."));
+        if !tensors.contains_key(&pair) {
+            return Err(CheckpointError::IncompleteLoraPair {
+                present: name.clone(),
+                missing: pair,
+            });
+        }
+        let shape = &view.shape;
+        let rank = if ab == 'A' {
+            shape.first()
+        } else {
+            shape.get(1)
+        };
+        if shape.len() == 2 && rank != Some(&cfg.r) {
+            return Err(CheckpointError::RankMismatch {
+                tensor: name.clone(),
+                adapter: adapter.as_str(),
+                expected: cfg.r,
+                found: *rank.expect("2-d"),
+            });
+        }
+        let expected = if ab == 'A' {
+            vec![cfg.r, din]
+        } else {
+            vec![dout, cfg.r]
+        };
+        if *shape != expected {
+            return Err(CheckpointError::ShapeMismatch {
+                tensor: name.clone(),
+                expected,
+                found: shape.clone(),
+            });
+        }
+    }
+
+    // 3. Nothing required is missing, and each configured adapter covers every target module.
     for (name, (_, need)) in &schema {
         if *need == Need::Required && !tensors.contains_key(name) {
             return Err(CheckpointError::MissingTensor {
@@ -124,7 +132,7 @@ pub fn validate(
         }
     }
 
-    // 3. Every value finite: one pass over all bytes, in parallel, reporting progress.
+    // 4. Every value finite: one pass over all bytes, in parallel, reporting progress.
     let total: u64 = tensors.values().map(|t| t.size_bytes() as u64).sum();
     let done = AtomicU64::new(0);
     let bad = tensors

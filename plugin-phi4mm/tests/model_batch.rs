@@ -2,9 +2,9 @@
 //! positions in one batch each reproduce their solo results (fixture `mixed_batches`), and input
 //! validation refuses bad requests before compute.
 
-mod common;
+mod model_support;
 
-use common::*;
+use model_support::*;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::{
     argmax, AdapterChoice, AdapterMode, InputError, Phi4mm, PreparedPrompt, PromptInput, RowStep,
@@ -16,9 +16,23 @@ fn load() -> Phi4mm {
 
 fn prepared(model: &Phi4mm, case: &str, adapter: &str) -> PreparedPrompt {
     let m = &manifest()["model_cases"]["cases"][case];
-    let ids: Vec<u32> = model_cases().i64(&format!("{case}.input_ids")).iter().map(|&i| i as u32).collect();
-    let audios = m["audios"].as_array().unwrap().iter().map(|a| audio_input(a.as_str().unwrap())).collect();
-    let images = m["images"].as_array().unwrap().iter().map(|i| image_input(i["name"].as_str().unwrap())).collect();
+    let ids: Vec<u32> = model_cases()
+        .i64(&format!("{case}.input_ids"))
+        .iter()
+        .map(|&i| i as u32)
+        .collect();
+    let audios = m["audios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| audio_input(a.as_str().unwrap()))
+        .collect();
+    let images = m["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| image_input(i["name"].as_str().unwrap()))
+        .collect();
     let mode = match adapter {
         "__base__" => AdapterMode::None,
         "speech" => AdapterMode::Speech,
@@ -42,10 +56,27 @@ fn prepared(model: &Phi4mm, case: &str, adapter: &str) -> PreparedPrompt {
 fn run_mixed(batch: &str) {
     let model = load();
     let b = &manifest()["mixed_batches"][batch];
-    let cases: Vec<&str> = b["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
-    let adapters: Vec<&str> = b["adapter_names"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
-    let prompts: Vec<PreparedPrompt> = cases.iter().zip(&adapters).map(|(c, a)| prepared(&model, c, a)).collect();
-    let mut states: Vec<_> = prompts.iter().map(|_| model.decoder.new_sequence()).collect();
+    let cases: Vec<&str> = b["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    let adapters: Vec<&str> = b["adapter_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    let prompts: Vec<PreparedPrompt> = cases
+        .iter()
+        .zip(&adapters)
+        .map(|(c, a)| prepared(&model, c, a))
+        .collect();
+    let mut states: Vec<_> = prompts
+        .iter()
+        .map(|_| model.decoder.new_sequence())
+        .collect();
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
     model.install(|| {
         let mut inputs: Vec<Vec<f32>> = prompts.iter().map(|p| p.embeds.clone()).collect();
@@ -64,11 +95,20 @@ fn run_mixed(batch: &str) {
             for (r, l) in logits.iter().enumerate() {
                 if step == 0 {
                     let (want, _) = model_cases().f32(&format!("{}.logits_first", cases[r]));
-                    assert_close(&format!("{batch} row {r} logits_first"), l, &want, 1e-4, 1e-4);
+                    assert_close(
+                        &format!("{batch} row {r} logits_first"),
+                        l,
+                        &want,
+                        1e-4,
+                        1e-4,
+                    );
                 }
                 tokens[r].push(argmax(l));
             }
-            inputs = tokens.iter().map(|t| model.decoder.embed(&t[t.len() - 1..])).collect();
+            inputs = tokens
+                .iter()
+                .map(|t| model.decoder.embed(&t[t.len() - 1..]))
+                .collect();
         }
     });
     for (r, row_tokens) in tokens.iter().enumerate() {
@@ -118,13 +158,20 @@ fn bad_inputs_are_refused_before_compute() {
     ids.extend(std::iter::repeat_n(1011, 27));
     let mut p = base(ids.clone());
     p.audios.push(a);
-    assert!(matches!(model.prepare(&p, 8), Err(InputError::NonFinite { index: 5, .. })));
+    assert!(matches!(
+        model.prepare(&p, 8),
+        Err(InputError::NonFinite { index: 5, .. })
+    ));
     // Image placeholders that do not match the image's 477 rows.
     let mut p = base(ids);
     p.images.push(image_input("img_small"));
     assert!(matches!(
         model.prepare(&p, 8),
-        Err(InputError::PlaceholderMismatch { kind: "image", rows: 477, .. })
+        Err(InputError::PlaceholderMismatch {
+            kind: "image",
+            rows: 477,
+            ..
+        })
     ));
     // Prompt + new tokens beyond the context.
     let ctx = model.config.text.max_position_embeddings;
@@ -135,6 +182,10 @@ fn bad_inputs_are_refused_before_compute() {
     // Token id outside the vocabulary.
     assert!(matches!(
         model.prepare(&base(vec![5, 4096]), 1),
-        Err(InputError::TokenOutOfRange { id: 4096, position: 1, .. })
+        Err(InputError::TokenOutOfRange {
+            id: 4096,
+            position: 1,
+            ..
+        })
     ));
 }

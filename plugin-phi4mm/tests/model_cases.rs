@@ -1,11 +1,11 @@
 //! Every model case of the phi4mm-tiny fixture, from both checkpoint layouts: intermediates,
 //! first-step logits and 8 greedy tokens against the independent reference.
 
-mod common;
+mod model_support;
 
 use std::sync::OnceLock;
 
-use common::*;
+use model_support::*;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm, PromptInput};
 

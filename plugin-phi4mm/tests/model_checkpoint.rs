@@ -1,10 +1,10 @@
 //! Checkpoint loading of both fixture layouts, and refusal of bad checkpoints before any compute.
 
-mod common;
+mod model_support;
 
 use std::path::Path;
 
-use common::fixture;
+use model_support::fixture;
 use safetensors::{Dtype, SafeTensors};
 use switchyard_phi4mm::checkpoint::{AdapterName, Checkpoint, CheckpointError, Layout};
 

@@ -43,7 +43,7 @@ pub fn silu(x: f32) -> f32 {
 /// GELU, tanh approximation (`gelu_pytorch_tanh`, SigLIP).
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const C: f32 = 0.797_884_56; // sqrt(2/pi)
+    const C: f32 = 0.797_884_6; // sqrt(2/pi), rounded to f32 as torch does
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
 }
 

@@ -1,5 +1,8 @@
 //! `phi4mm`: developer and operator tool for the Phi4MM plugin.
 
+mod bench;
+mod generate;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -14,9 +17,27 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Generate greedily for one request on the host backend; prints one JSON line.
+    Generate(generate::GenerateArgs),
+    /// Write a random bf16 checkpoint with the benchmark config.
+    BenchCheckpoint(bench::BenchCheckpointArgs),
+    /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
+    Bench(bench::BenchArgs),
+}
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+        Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
+        Command::Bench(args) => bench::bench(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -176,9 +176,14 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let mut worst = (0usize, 0f32);
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{what}: non-finite output"
+    );
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let excess = (g - w).abs() - (atol + rtol * w.abs());
-        if !(excess <= worst.1) {
+        // NaN counts as a failure: it is never "within" the tolerance.
+        if excess.is_nan() || excess > worst.1 {
             worst = (i, excess);
         }
     }

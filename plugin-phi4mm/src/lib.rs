@@ -6,5 +6,7 @@
 //! - [`checkpoint`]: safetensors loading for both layouts and validation before compute;
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections).
 
+pub mod audio;
 pub mod checkpoint;
+pub mod limits;
 pub mod model;

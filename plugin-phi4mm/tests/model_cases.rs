@@ -161,3 +161,42 @@ fn global_image_band_matches_reference() {
         assert_close(name, &got, &band, 1e-5, 0.0);
     }
 }
+
+/// The audio cases from the WAV files through the media front end instead of the stored features.
+fn run_case_from_wav(case: &str, wav: &str) {
+    use switchyard_phi4mm::audio::{features_from_bytes, AudioOptions};
+    let model = model("model");
+    let bytes = std::fs::read(fixture().join("inputs").join(wav)).unwrap();
+    let f = features_from_bytes(&bytes, &AudioOptions::default()).unwrap();
+    let mut input = case_input(case);
+    input.audios = vec![switchyard_phi4mm::model::AudioInput {
+        features: f.features,
+        frames: f.frames,
+    }];
+    let prepared = model.prepare(&input, 8).expect("valid input");
+    let out = model.generate(&prepared, 8, &[]);
+    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
+    assert_close(
+        &format!("{case} from {wav}"),
+        &out.logits_first,
+        &want_logits,
+        1e-4,
+        1e-4,
+    );
+    let want: Vec<u32> = model_cases()
+        .i64(&format!("{case}.greedy_tokens"))
+        .iter()
+        .map(|&i| i as u32)
+        .collect();
+    assert_eq!(out.tokens, want, "{case} from {wav}");
+}
+
+#[test]
+fn audio_speech_from_wav() {
+    run_case_from_wav("audio_speech", "audio_16k.wav");
+}
+
+#[test]
+fn audio_long_speech_from_wav() {
+    run_case_from_wav("audio_long_speech", "audio_long_16k.wav");
+}

@@ -7,8 +7,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use switchyard_phi4mm::audio::{features_from_bytes, AudioOptions};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm, PromptInput};
+use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, AudioInput, Phi4mm, PromptInput};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Backend {
@@ -33,6 +34,9 @@ pub struct GenerateArgs {
     /// Prompt ids with placeholders already expanded, comma-separated.
     #[arg(long, value_delimiter = ',', num_args = 1.., required = true)]
     pub input_ids: Vec<u32>,
+    /// Audio clip (WAV, MP3, FLAC, Ogg); repeat for several, bound to placeholders in order.
+    #[arg(long)]
+    pub audio: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     pub adapter: AdapterArg,
     #[arg(long, default_value_t = 64)]
@@ -86,7 +90,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let input = PromptInput {
         input_ids: args.input_ids.clone(),
         images: Vec::new(),
-        audios: Vec::new(),
+        audios: args
+            .audio
+            .iter()
+            .map(|p| load_audio(p))
+            .collect::<Result<_>>()?,
         adapter,
     };
     if args.max_new_tokens == 0 {
@@ -109,6 +117,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     println!("{}", serde_json::to_string(&line)?);
     Ok(())
+}
+
+/// WAV (or other supported format) → log-mel features through the media front end.
+fn load_audio(path: &Path) -> Result<AudioInput> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let f = features_from_bytes(&bytes, &AudioOptions::default())
+        .with_context(|| format!("audio {}", path.display()))?;
+    Ok(AudioInput {
+        features: f.features,
+        frames: f.frames,
+    })
 }
 
 fn write_logits(path: &Path, logits: &[f32]) -> Result<()> {

@@ -5,6 +5,11 @@ mod generate;
 
 use clap::{Parser, Subcommand};
 
+mod features;
+mod image_prep;
+mod tensors_out;
+mod tokenize;
+
 #[derive(Parser)]
 #[command(
     name = "phi4mm",
@@ -18,6 +23,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Audio clip → log-mel features (safetensors).
+    Features(features::Args),
+    /// Image → dynamic-HD crops, masks, sizes, token count (safetensors).
+    Image(image_prep::Args),
+    /// Text or chat messages → token ids (JSON on stdout).
+    Tokenize(tokenize::Args),
     /// Generate greedily for one request on the host backend; prints one JSON line.
     Generate(generate::GenerateArgs),
     /// Write a random bf16 checkpoint with the benchmark config.
@@ -29,6 +40,9 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Features(args) => features::run(args),
+        Command::Image(args) => image_prep::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
         Command::Generate(args) => generate::run(args),
         Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),

@@ -7,6 +7,9 @@
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections).
 
 pub mod audio;
+pub mod checkpoint;
 pub mod image;
 pub mod limits;
+pub mod model;
 pub mod prompt;
+pub mod request;

@@ -1,5 +1,8 @@
 //! `phi4mm`: developer and operator tool for the Phi4MM plugin.
 
+mod bench;
+mod generate;
+
 use clap::{Parser, Subcommand};
 
 mod features;
@@ -26,6 +29,12 @@ enum Command {
     Image(image_prep::Args),
     /// Text or chat messages → token ids (JSON on stdout).
     Tokenize(tokenize::Args),
+    /// Generate greedily for one request on the host backend; prints one JSON line.
+    Generate(generate::GenerateArgs),
+    /// Write a random bf16 checkpoint with the benchmark config.
+    BenchCheckpoint(bench::BenchCheckpointArgs),
+    /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -34,6 +43,9 @@ fn main() -> std::process::ExitCode {
         Command::Features(args) => features::run(args),
         Command::Image(args) => image_prep::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
+        Command::Bench(args) => bench::bench(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,109 @@
+//! Linear layers with optional LoRA adapters applied per batch row: `y = W x + scale · B (A x)`
+//! only for the rows whose adapter mode selects that adapter. Base weights are never modified and
+//! rows without an adapter pay nothing.
+
+use crate::checkpoint::{AdapterName, Checkpoint, TensorView};
+
+use super::linear::{linear, linear_new, Matrix};
+use super::ops::add_scaled;
+
+/// Which LoRA a batch row uses (per request; text → none, image(s) → vision, audio only → speech,
+/// image + audio → vision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum AdapterMode {
+    #[default]
+    None,
+    Speech,
+    Vision,
+}
+
+impl AdapterMode {
+    pub fn adapter(self) -> Option<AdapterName> {
+        match self {
+            AdapterMode::None => None,
+            AdapterMode::Speech => Some(AdapterName::Speech),
+            AdapterMode::Vision => Some(AdapterName::Vision),
+        }
+    }
+}
+
+pub struct LoraPair {
+    pub a: TensorView,
+    pub b: TensorView,
+    pub scale: f32,
+}
+
+pub struct LoraLinear {
+    pub base: TensorView,
+    pub speech: Option<LoraPair>,
+    pub vision: Option<LoraPair>,
+}
+
+impl LoraLinear {
+    pub fn load(ck: &Checkpoint, layer: usize, module: &str) -> Self {
+        let pair = |adapter: AdapterName| {
+            let cfg = match adapter {
+                AdapterName::Speech => ck.config.speech_lora,
+                AdapterName::Vision => ck.config.vision_lora,
+            }?;
+            let (a, b) = ck.lora(layer, module, adapter)?;
+            Some(LoraPair {
+                a: a.clone(),
+                b: b.clone(),
+                scale: cfg.scale(),
+            })
+        };
+        LoraLinear {
+            base: ck
+                .tensor(&format!("model.layers.{layer}.{module}.weight"))
+                .clone(),
+            speech: pair(AdapterName::Speech),
+            vision: pair(AdapterName::Vision),
+        }
+    }
+
+    pub fn out_dim(&self) -> usize {
+        self.base.shape[0]
+    }
+
+    /// `x` is `[tokens, in]`; `token_modes[t]` is the adapter mode of the row token `t` belongs to.
+    pub fn forward(&self, x: &[f32], token_modes: &[AdapterMode]) -> Vec<f32> {
+        let n = token_modes.len();
+        let w = Matrix::of(&self.base);
+        let mut y = linear_new(x, n, w, None);
+        for (mode, pair) in [
+            (AdapterMode::Speech, &self.speech),
+            (AdapterMode::Vision, &self.vision),
+        ] {
+            let idx: Vec<usize> = (0..n).filter(|&t| token_modes[t] == mode).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            let pair = pair.as_ref().unwrap_or_else(|| {
+                panic!(
+                    "adapter {mode:?} requested but the checkpoint has none (checked at admission)"
+                )
+            });
+            let din = w.in_dim;
+            let dout = w.out_dim;
+            // Gather only this adapter's rows; contiguous runs (the usual case: one row's tokens)
+            // still need a copy, which is small next to the GEMMs.
+            let mut xs = Vec::with_capacity(idx.len() * din);
+            for &t in &idx {
+                xs.extend_from_slice(&x[t * din..(t + 1) * din]);
+            }
+            let r = pair.a.shape[0];
+            let mut ax = vec![0.0; idx.len() * r];
+            linear(&xs, idx.len(), Matrix::of(&pair.a), None, &mut ax);
+            let bax = linear_new(&ax, idx.len(), Matrix::of(&pair.b), None);
+            for (j, &t) in idx.iter().enumerate() {
+                add_scaled(
+                    &mut y[t * dout..(t + 1) * dout],
+                    &bax[j * dout..(j + 1) * dout],
+                    pair.scale,
+                );
+            }
+        }
+        y
+    }
+}

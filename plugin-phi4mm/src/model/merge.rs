@@ -1,0 +1,277 @@
+//! From a request (ids with expanded placeholders + media) to decoder input: encoders, the
+//! per-request adapter and audio branch, and the placeholder merge — all validated first.
+
+use super::audio::AudioBranch;
+use super::lora::AdapterMode;
+use super::vision::ImageInput;
+use super::Phi4mm;
+
+/// One clip of log-mel features.
+#[derive(Clone, Debug)]
+pub struct AudioInput {
+    /// `[frames, mel bins]`.
+    pub features: Vec<f32>,
+    pub frames: usize,
+}
+
+/// Adapter selection: `Auto` follows the reference's input modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AdapterChoice {
+    #[default]
+    Auto,
+    Fixed(AdapterMode),
+}
+
+/// A request as the model sees it: placeholders already expanded to one id per media row.
+#[derive(Clone, Debug, Default)]
+pub struct PromptInput {
+    pub input_ids: Vec<u32>,
+    pub images: Vec<ImageInput>,
+    pub audios: Vec<AudioInput>,
+    pub adapter: AdapterChoice,
+}
+
+/// Decoder-ready prompt for one row.
+#[derive(Clone, Debug)]
+pub struct PreparedPrompt {
+    /// `[len, hidden]`.
+    pub embeds: Vec<f32>,
+    pub len: usize,
+    pub adapter: AdapterMode,
+    pub audio_branch: AudioBranch,
+    /// Encoder outputs kept for inspection: per image the tower features, per clip the
+    /// Conformer output.
+    pub vision_features: Vec<Vec<f32>>,
+    pub audio_encoder_out: Vec<Vec<f32>>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum InputError {
+    #[error("empty prompt")]
+    EmptyPrompt,
+    #[error("token id {id} at position {position} is outside the vocabulary ({vocab})")]
+    TokenOutOfRange {
+        id: u32,
+        position: usize,
+        vocab: usize,
+    },
+    #[error("{kind} placeholders: the prompt has {placeholders} placeholder ids but the {media} given produce {rows} rows")]
+    PlaceholderMismatch {
+        kind: &'static str,
+        placeholders: usize,
+        media: usize,
+        rows: usize,
+    },
+    #[error("{what} contains a non-finite value at index {index}")]
+    NonFinite { what: String, index: usize },
+    #[error("{what}: {reason}")]
+    BadShape { what: String, reason: String },
+    #[error(
+        "prompt of {prompt} tokens + {new_tokens} new tokens exceeds the context of {context}"
+    )]
+    ContextOverflow {
+        prompt: usize,
+        new_tokens: usize,
+        context: usize,
+    },
+    #[error("adapter {0:?} requested but the checkpoint has no such LoRA")]
+    AdapterUnavailable(AdapterMode),
+}
+
+fn check_finite(what: impl Fn() -> String, data: &[f32]) -> Result<(), InputError> {
+    match data.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(InputError::NonFinite {
+            what: what(),
+            index,
+        }),
+        None => Ok(()),
+    }
+}
+
+impl Phi4mm {
+    /// The reference's input modes: text → none, image(s) → vision, audio only → speech, image(s) +
+    /// audio → vision (with the vision branch of the audio projection).
+    pub fn auto_adapter(has_images: bool, has_audio: bool) -> (AdapterMode, AudioBranch) {
+        match (has_images, has_audio) {
+            (false, false) => (AdapterMode::None, AudioBranch::Speech),
+            (true, _) => (
+                AdapterMode::Vision,
+                if has_audio {
+                    AudioBranch::Vision
+                } else {
+                    AudioBranch::Speech
+                },
+            ),
+            (false, true) => (AdapterMode::Speech, AudioBranch::Speech),
+        }
+    }
+
+    /// Checks what can be checked without compute: ids, shapes, finiteness, placeholder counts,
+    /// context length, adapter availability.
+    pub fn validate_input(&self, p: &PromptInput, max_new_tokens: usize) -> Result<(), InputError> {
+        let c = &self.config;
+        if p.input_ids.is_empty() {
+            return Err(InputError::EmptyPrompt);
+        }
+        let vocab = c.text.vocab_size;
+        if let Some((position, &id)) = p
+            .input_ids
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= vocab)
+        {
+            return Err(InputError::TokenOutOfRange {
+                id,
+                position,
+                vocab,
+            });
+        }
+        let context = c.text.max_position_embeddings;
+        if p.input_ids.len() + max_new_tokens > context {
+            return Err(InputError::ContextOverflow {
+                prompt: p.input_ids.len(),
+                new_tokens: max_new_tokens,
+                context,
+            });
+        }
+        let v = &c.vision;
+        let crop_len = v.num_channels * v.image_size * v.image_size;
+        let np = v.grid() * v.grid();
+        let mut image_rows = 0;
+        for (i, img) in p.images.iter().enumerate() {
+            let what = || format!("image {i}");
+            let s = v.image_size;
+            if img.canvas[0] == 0
+                || img.canvas[1] == 0
+                || img.canvas[0] % s != 0
+                || img.canvas[1] % s != 0
+            {
+                return Err(InputError::BadShape {
+                    what: what(),
+                    reason: format!("canvas {:?} is not a multiple of {s}", img.canvas),
+                });
+            }
+            let tiles = (img.canvas[0] / s) * (img.canvas[1] / s);
+            if img.crops != 1 + tiles
+                || img.pixel_values.len() != img.crops * crop_len
+                || img.patch_masks.len() != img.crops * np
+            {
+                return Err(InputError::BadShape {
+                    what: what(),
+                    reason: format!(
+                        "expected {} crops of {crop_len} pixels and {np} mask entries",
+                        1 + tiles
+                    ),
+                });
+            }
+            check_finite(|| format!("pixel values of image {i}"), &img.pixel_values)?;
+            image_rows += self.vision.token_count(img);
+        }
+        let mut audio_rows = 0;
+        for (i, a) in p.audios.iter().enumerate() {
+            if a.frames == 0 || a.features.len() != a.frames * c.audio.input_size {
+                return Err(InputError::BadShape {
+                    what: format!("audio {i}"),
+                    reason: format!("expected [frames ≥ 1, {}] features", c.audio.input_size),
+                });
+            }
+            check_finite(|| format!("features of audio {i}"), &a.features)?;
+            audio_rows += self.audio.token_count(a.frames);
+        }
+        let count = |id: u32| p.input_ids.iter().filter(|&&x| x == id).count();
+        // Without media, placeholder ids are ordinary tokens (reference text-only behaviour).
+        if !p.images.is_empty() && count(c.image_token_id) != image_rows {
+            return Err(InputError::PlaceholderMismatch {
+                kind: "image",
+                placeholders: count(c.image_token_id),
+                media: p.images.len(),
+                rows: image_rows,
+            });
+        }
+        if !p.audios.is_empty() && count(c.audio_token_id) != audio_rows {
+            return Err(InputError::PlaceholderMismatch {
+                kind: "audio",
+                placeholders: count(c.audio_token_id),
+                media: p.audios.len(),
+                rows: audio_rows,
+            });
+        }
+        let (adapter, _) = self.resolve_adapter(p);
+        let available = match adapter {
+            AdapterMode::None => true,
+            AdapterMode::Speech => c.speech_lora.is_some(),
+            AdapterMode::Vision => c.vision_lora.is_some(),
+        };
+        if !available {
+            return Err(InputError::AdapterUnavailable(adapter));
+        }
+        Ok(())
+    }
+
+    fn resolve_adapter(&self, p: &PromptInput) -> (AdapterMode, AudioBranch) {
+        let (auto, branch) = Self::auto_adapter(!p.images.is_empty(), !p.audios.is_empty());
+        match p.adapter {
+            AdapterChoice::Auto => (auto, branch),
+            AdapterChoice::Fixed(m) => (m, branch),
+        }
+    }
+
+    /// Validates, runs the encoders and writes their rows over the placeholder ids.
+    pub fn prepare(
+        &self,
+        p: &PromptInput,
+        max_new_tokens: usize,
+    ) -> Result<PreparedPrompt, InputError> {
+        self.validate_input(p, max_new_tokens)?;
+        let c = &self.config;
+        let h = c.text.hidden_size;
+        let (adapter, audio_branch) = self.resolve_adapter(p);
+        self.install(|| {
+            let mut embeds = self.decoder.embed(&p.input_ids);
+            let mut vision_features = Vec::new();
+            let mut audio_encoder_out = Vec::new();
+            let mut image_rows = Vec::new();
+            for (i, img) in p.images.iter().enumerate() {
+                let enc = self.vision.encode(img);
+                check_finite(
+                    || format!("vision encoder output of image {i}"),
+                    &enc.embeds,
+                )?;
+                image_rows.extend_from_slice(&enc.embeds);
+                vision_features.push(enc.features);
+            }
+            // Each clip is encoded on its own (no cross-clip padding): a clip's rows are what it
+            // gives alone, as for every single-clip reference case.
+            let mut audio_rows = Vec::new();
+            for (i, a) in p.audios.iter().enumerate() {
+                let enc = self.audio.encode(&a.features, a.frames, audio_branch);
+                check_finite(|| format!("audio encoder output of clip {i}"), &enc.embeds)?;
+                audio_rows.extend_from_slice(&enc.embeds);
+                audio_encoder_out.push(enc.encoder_out);
+            }
+            if !p.images.is_empty() {
+                scatter(&mut embeds, &p.input_ids, c.image_token_id, &image_rows, h);
+            }
+            if !p.audios.is_empty() {
+                scatter(&mut embeds, &p.input_ids, c.audio_token_id, &audio_rows, h);
+            }
+            Ok(PreparedPrompt {
+                len: p.input_ids.len(),
+                embeds,
+                adapter,
+                audio_branch,
+                vision_features,
+                audio_encoder_out,
+            })
+        })
+    }
+}
+
+/// Writes `rows` in order over the positions holding `id`.
+fn scatter(embeds: &mut [f32], ids: &[u32], id: u32, rows: &[f32], h: usize) {
+    let mut next = rows.chunks(h);
+    for (pos, _) in ids.iter().enumerate().filter(|(_, &x)| x == id) {
+        let row = next.next().expect("placeholder count validated");
+        embeds[pos * h..(pos + 1) * h].copy_from_slice(row);
+    }
+}

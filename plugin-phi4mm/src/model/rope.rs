@@ -1,0 +1,88 @@
+//! Partial rotary embedding with LongRoPE factors and magnitude scaling.
+
+use crate::checkpoint::TextConfig;
+
+/// Which factor set a forward uses. The reference picks it per forward call from the total
+/// sequence length: long iff length > original_max_position_embeddings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    Short,
+    Long,
+}
+
+pub struct Rope {
+    rotary_dim: usize,
+    head_dim: usize,
+    inv_freq_short: Vec<f32>,
+    inv_freq_long: Vec<f32>,
+    attention_factor: f32,
+    original_max: usize,
+    longrope: bool,
+}
+
+impl Rope {
+    pub fn new(c: &TextConfig) -> Self {
+        let half = c.rotary_dim / 2;
+        // base^(2i/d) as f32 (torch: python float ** float32 tensor), then
+        // 1 / (factor · base^(2i/d)) in f32, as the reference computes it.
+        let pow: Vec<f32> = (0..half)
+            .map(|i| {
+                let e = (2 * i) as f32 / c.rotary_dim as f32;
+                c.rope_theta.powf(e as f64) as f32
+            })
+            .collect();
+        let inv = |factors: Option<&[f32]>| -> Vec<f32> {
+            pow.iter()
+                .enumerate()
+                .map(|(i, p)| 1.0 / (factors.map_or(1.0, |f| f[i]) * p))
+                .collect()
+        };
+        let lr = c.longrope.as_ref();
+        Rope {
+            rotary_dim: c.rotary_dim,
+            head_dim: c.head_dim,
+            inv_freq_short: inv(lr.map(|l| l.short_factor.as_slice())),
+            inv_freq_long: inv(lr.map(|l| l.long_factor.as_slice())),
+            attention_factor: lr.map_or(1.0, |l| l.attention_factor as f32),
+            original_max: c.original_max_position_embeddings,
+            longrope: lr.is_some(),
+        }
+    }
+
+    /// Factor set for a forward whose total visible length is `total_len`.
+    pub fn mode_for(&self, total_len: usize) -> RopeMode {
+        if self.longrope && total_len > self.original_max {
+            RopeMode::Long
+        } else {
+            RopeMode::Short
+        }
+    }
+
+    /// Rotates the first `rotary_dim` channels of each head of `x` (`[n, heads·head_dim]`),
+    /// token `t` at position `pos0 + t`.
+    pub fn apply(&self, x: &mut [f32], heads: usize, pos0: usize, mode: RopeMode) {
+        let inv = match mode {
+            RopeMode::Short => &self.inv_freq_short,
+            RopeMode::Long => &self.inv_freq_long,
+        };
+        let half = self.rotary_dim / 2;
+        let mut cos = vec![0f32; half];
+        let mut sin = vec![0f32; half];
+        let width = heads * self.head_dim;
+        for (t, tok) in x.chunks_mut(width).enumerate() {
+            let p = (pos0 + t) as f32;
+            for i in 0..half {
+                let angle = p * inv[i];
+                cos[i] = (angle as f64).cos() as f32 * self.attention_factor;
+                sin[i] = (angle as f64).sin() as f32 * self.attention_factor;
+            }
+            for h in tok.chunks_mut(self.head_dim) {
+                for i in 0..half {
+                    let (a, b) = (h[i], h[i + half]);
+                    h[i] = a * cos[i] - b * sin[i];
+                    h[i + half] = b * cos[i] + a * sin[i];
+                }
+            }
+        }
+    }
+}

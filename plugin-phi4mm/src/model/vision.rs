@@ -1,0 +1,364 @@
+//! SigLIP-NaViT vision tower, 2×2 pooling, the HD layout with learned separators, and the image
+//! projection.
+
+use rayon::prelude::*;
+
+use crate::checkpoint::schema::VISION_PREFIX;
+use crate::checkpoint::{Checkpoint, TensorView, VisionConfig};
+
+use super::linear::{linear_new, sgemm, Matrix};
+use super::ops::{add_in_place, gelu_erf, gelu_tanh, layer_norm, softmax};
+
+/// One preprocessed image: global crop first, then the sub-crops in row-major order.
+#[derive(Clone, Debug)]
+pub struct ImageInput {
+    /// `[crops, channels, size, size]`, normalised to [-1, 1].
+    pub pixel_values: Vec<f32>,
+    /// `[crops, grid, grid]` patch mask (1 = valid).
+    pub patch_masks: Vec<u8>,
+    pub crops: usize,
+    /// HD canvas `[height, width]` in pixels (multiples of the crop size).
+    pub canvas: [usize; 2],
+}
+
+struct Linear {
+    w: TensorView,
+    b: Vec<f32>,
+}
+
+impl Linear {
+    fn load(ck: &Checkpoint, prefix: &str) -> Self {
+        Linear {
+            w: ck.tensor(&format!("{prefix}.weight")).clone(),
+            b: ck.tensor(&format!("{prefix}.bias")).to_f32_vec(),
+        }
+    }
+
+    fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        linear_new(x, rows, Matrix::of(&self.w), Some(&self.b))
+    }
+}
+
+struct Norm {
+    w: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl Norm {
+    fn load(ck: &Checkpoint, prefix: &str) -> Self {
+        Norm {
+            w: ck.tensor(&format!("{prefix}.weight")).to_f32_vec(),
+            b: ck.tensor(&format!("{prefix}.bias")).to_f32_vec(),
+        }
+    }
+}
+
+struct SiglipLayer {
+    ln1: Norm,
+    ln2: Norm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    out: Linear,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+pub struct VisionEncoder {
+    pub config: VisionConfig,
+    patch: Linear,
+    position: TensorView,
+    layers: Vec<SiglipLayer>,
+    sub_sep: Vec<f32>,
+    glb_sep: Vec<f32>,
+    proj_up: Linear,
+    proj_down: Linear,
+    text_hidden: usize,
+}
+
+/// Output of the tower for one image.
+pub struct ImageEncoding {
+    /// Feature-layer output per crop, `[crops, grid², hidden]` (before pooling).
+    pub features: Vec<f32>,
+    /// Projected rows for the decoder, `[tokens, text_hidden]`.
+    pub embeds: Vec<f32>,
+    pub tokens: usize,
+}
+
+impl VisionEncoder {
+    pub fn load(ck: &Checkpoint) -> Self {
+        let c = ck.config.vision.clone();
+        let ip = format!("{VISION_PREFIX}img_processor.");
+        let layers = (0..c.layers_used())
+            .map(|i| {
+                let p = format!("{ip}encoder.layers.{i}.");
+                SiglipLayer {
+                    ln1: Norm::load(ck, &format!("{p}layer_norm1")),
+                    ln2: Norm::load(ck, &format!("{p}layer_norm2")),
+                    q: Linear::load(ck, &format!("{p}self_attn.q_proj")),
+                    k: Linear::load(ck, &format!("{p}self_attn.k_proj")),
+                    v: Linear::load(ck, &format!("{p}self_attn.v_proj")),
+                    out: Linear::load(ck, &format!("{p}self_attn.out_proj")),
+                    fc1: Linear::load(ck, &format!("{p}mlp.fc1")),
+                    fc2: Linear::load(ck, &format!("{p}mlp.fc2")),
+                }
+            })
+            .collect();
+        VisionEncoder {
+            patch: Linear::load(ck, &format!("{ip}embeddings.patch_embedding")),
+            position: ck
+                .tensor(&format!("{ip}embeddings.position_embedding.weight"))
+                .clone(),
+            layers,
+            sub_sep: ck
+                .tensor(&format!("{VISION_PREFIX}sub_img_feature_extensor"))
+                .to_f32_vec(),
+            glb_sep: ck
+                .tensor(&format!("{VISION_PREFIX}global_img_feature_extensor"))
+                .to_f32_vec(),
+            proj_up: Linear::load(ck, &format!("{VISION_PREFIX}img_projection_up")),
+            proj_down: Linear::load(ck, &format!("{VISION_PREFIX}img_projection_down")),
+            text_hidden: ck.config.text.hidden_size,
+            config: c,
+        }
+    }
+
+    /// Number of decoder rows an image with these crop masks produces (273 + Uh·(Uw+1) for the
+    /// official sizes).
+    pub fn token_count(&self, image: &ImageInput) -> usize {
+        let g = self.config.grid() / 2;
+        let (uh, uw) = self.useful_grid(image);
+        g * (g + 1) + 1 + uh * (uw + 1)
+    }
+
+    /// Tiles (rows, cols) of the HD canvas.
+    fn tiles(&self, image: &ImageInput) -> (usize, usize) {
+        let s = self.config.image_size;
+        (image.canvas[0] / s, image.canvas[1] / s)
+    }
+
+    /// Useful pooled rows/cols of the stitched sub-crop grid, read from the masks downsampled by
+    /// taking every second patch row and column inside each tile.
+    fn useful_grid(&self, image: &ImageInput) -> (usize, usize) {
+        let grid = self.config.grid();
+        let (th, tw) = self.tiles(image);
+        let m =
+            |crop: usize, r: usize, c: usize| image.patch_masks[(crop * grid + r) * grid + c] != 0;
+        // First column of the stitched downsampled mask: tiles (i, 0), rows 0, 2, 4, …
+        let uh = (0..th)
+            .map(|i| {
+                (0..grid)
+                    .step_by(2)
+                    .filter(|&r| m(1 + i * tw, r, 0))
+                    .count()
+            })
+            .sum();
+        let uw = (0..tw)
+            .map(|j| (0..grid).step_by(2).filter(|&c| m(1 + j, 0, c)).count())
+            .sum();
+        (uh, uw)
+    }
+
+    /// Runs the tower on every crop and builds the projected image rows.
+    pub fn encode(&self, image: &ImageInput) -> ImageEncoding {
+        let c = &self.config;
+        let grid = c.grid();
+        let np = grid * grid;
+        let hid = c.hidden_size;
+        let (th, tw) = self.tiles(image);
+        assert_eq!(
+            image.crops,
+            1 + th * tw,
+            "crop count must be 1 + tiles of the canvas"
+        );
+        let crop_len = c.num_channels * c.image_size * c.image_size;
+        assert_eq!(
+            image.pixel_values.len(),
+            image.crops * crop_len,
+            "pixel_values shape"
+        );
+        assert_eq!(
+            image.patch_masks.len(),
+            image.crops * np,
+            "patch mask shape"
+        );
+
+        let features: Vec<Vec<f32>> = (0..image.crops)
+            .map(|k| {
+                self.encode_crop(
+                    &image.pixel_values[k * crop_len..(k + 1) * crop_len],
+                    &image.patch_masks[k * np..(k + 1) * np],
+                )
+            })
+            .collect();
+
+        // 2×2 average pooling per crop → [g, g, hid].
+        let g = grid / 2;
+        let pooled: Vec<Vec<f32>> = features
+            .iter()
+            .map(|f| {
+                let mut p = vec![0.0; g * g * hid];
+                for r in 0..g {
+                    for cc in 0..g {
+                        let dst = &mut p[(r * g + cc) * hid..(r * g + cc + 1) * hid];
+                        for (dr, dc) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                            let src = ((2 * r + dr) * grid + 2 * cc + dc) * hid;
+                            add_in_place(dst, &f[src..src + hid]);
+                        }
+                        for v in dst.iter_mut() {
+                            *v /= 4.0;
+                        }
+                    }
+                }
+                p
+            })
+            .collect();
+
+        // HD layout, order sub_glb: [sub grid with separator column] + glb_sep + [global grid with
+        // separator column].
+        let (uh, uw) = self.useful_grid(image);
+        let mut rows: Vec<f32> = Vec::new();
+        for r in 0..uh {
+            for cc in 0..uw {
+                let (ti, tj) = (r / g, cc / g);
+                let tile = &pooled[1 + ti * tw + tj];
+                let src = ((r % g) * g + cc % g) * hid;
+                rows.extend_from_slice(&tile[src..src + hid]);
+            }
+            rows.extend_from_slice(&self.sub_sep);
+        }
+        rows.extend_from_slice(&self.glb_sep);
+        for r in 0..g {
+            rows.extend_from_slice(&pooled[0][r * g * hid..(r + 1) * g * hid]);
+            rows.extend_from_slice(&self.sub_sep);
+        }
+        let tokens = rows.len() / hid;
+        let up = self.proj_up.forward(&rows, tokens);
+        let act: Vec<f32> = up.iter().map(|&v| gelu_erf(v)).collect();
+        let embeds = self.proj_down.forward(&act, tokens);
+        debug_assert_eq!(embeds.len(), tokens * self.text_hidden);
+        ImageEncoding {
+            features: features.concat(),
+            embeds,
+            tokens,
+        }
+    }
+
+    /// NaViT position id of every patch of a crop (0 for masked patches).
+    fn position_ids(&self, mask: &[u8]) -> Vec<usize> {
+        let grid = self.config.grid();
+        let nh = (0..grid).filter(|&r| mask[r * grid] != 0).count();
+        let nw = (0..grid).filter(|&c| mask[c] != 0).count();
+        // Boundaries j/grid, j = 1..grid-1, compared with the fractional coordinate i·(1/n) in
+        // float32 (the reference's arange + bucketize, right=True).
+        let bucket = |i: usize, n: usize| -> usize {
+            let x = (i as f64 * (1.0 / n as f64)) as f32;
+            (1..grid).filter(|&j| j as f32 / grid as f32 <= x).count()
+        };
+        let mut ids = vec![0; grid * grid];
+        for r in 0..nh {
+            for cc in 0..nw {
+                if mask[r * grid + cc] != 0 {
+                    ids[r * grid + cc] = bucket(r, nh) * grid + bucket(cc, nw);
+                }
+            }
+        }
+        ids
+    }
+
+    /// Feature-layer output of one crop, `[grid², hidden]`.
+    fn encode_crop(&self, pixels: &[f32], mask: &[u8]) -> Vec<f32> {
+        let c = &self.config;
+        let (grid, ps, ch, hid) = (c.grid(), c.patch_size, c.num_channels, c.hidden_size);
+        let np = grid * grid;
+        let size = c.image_size;
+        // Patches flattened as (channel, ky, kx), matching the conv weight layout.
+        let plen = ch * ps * ps;
+        let mut patches = vec![0.0; np * plen];
+        for pr in 0..grid {
+            for pc in 0..grid {
+                let dst = &mut patches[(pr * grid + pc) * plen..(pr * grid + pc + 1) * plen];
+                let mut i = 0;
+                for cc in 0..ch {
+                    for ky in 0..ps {
+                        let row = (cc * size + pr * ps + ky) * size + pc * ps;
+                        dst[i..i + ps].copy_from_slice(&pixels[row..row + ps]);
+                        i += ps;
+                    }
+                }
+            }
+        }
+        let mut x = self.patch.forward(&patches, np);
+        let pos = self.position.data();
+        let mut prow = vec![0.0; hid];
+        for (p, id) in self.position_ids(mask).into_iter().enumerate() {
+            pos.widen_into(id * hid, &mut prow);
+            add_in_place(&mut x[p * hid..(p + 1) * hid], &prow);
+        }
+        let key_valid: Vec<bool> = mask.iter().map(|&m| m != 0).collect();
+
+        for layer in &self.layers {
+            let h = layer_norm(&x, &layer.ln1.w, &layer.ln1.b, c.layer_norm_eps);
+            let attn = self.attention(layer, &h, &key_valid);
+            let o = layer.out.forward(&attn, np);
+            add_in_place(&mut x, &o);
+            let h = layer_norm(&x, &layer.ln2.w, &layer.ln2.b, c.layer_norm_eps);
+            let mut f = layer.fc1.forward(&h, np);
+            for v in f.iter_mut() {
+                *v = gelu_tanh(*v);
+            }
+            let o = layer.fc2.forward(&f, np);
+            add_in_place(&mut x, &o);
+        }
+        x
+    }
+
+    /// Bidirectional multi-head attention; masked patches are excluded as keys.
+    fn attention(&self, layer: &SiglipLayer, h: &[f32], key_valid: &[bool]) -> Vec<f32> {
+        let c = &self.config;
+        let n = key_valid.len();
+        let hid = c.hidden_size;
+        let nh = c.num_heads;
+        let hd = hid / nh;
+        let q = layer.q.forward(h, n);
+        let k = layer.k.forward(h, n);
+        let v = layer.v.forward(h, n);
+        let scale = (hd as f32).powf(-0.5);
+        let heads: Vec<Vec<f32>> = (0..nh)
+            .into_par_iter()
+            .map(|hh| {
+                let mut s = vec![0.0; n * n];
+                sgemm(
+                    n,
+                    hd,
+                    n,
+                    &q[hh * hd..],
+                    hid,
+                    1,
+                    &k[hh * hd..],
+                    1,
+                    hid,
+                    &mut s,
+                    n,
+                );
+                for row in s.chunks_mut(n) {
+                    for (sv, &ok) in row.iter_mut().zip(key_valid) {
+                        *sv = if ok { *sv * scale } else { f32::NEG_INFINITY };
+                    }
+                    softmax(row);
+                }
+                let mut o = vec![0.0; n * hd];
+                sgemm(n, n, hd, &s, n, 1, &v[hh * hd..], hid, 1, &mut o, hd);
+                o
+            })
+            .collect();
+        let mut out = vec![0.0; n * hid];
+        for (hh, o) in heads.iter().enumerate() {
+            for t in 0..n {
+                out[t * hid + hh * hd..t * hid + (hh + 1) * hd]
+                    .copy_from_slice(&o[t * hd..(t + 1) * hd]);
+            }
+        }
+        out
+    }
+}

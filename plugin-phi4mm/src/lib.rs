@@ -10,3 +10,5 @@ pub mod audio;
 pub mod checkpoint;
 pub mod limits;
 pub mod model;
+pub mod image;
+pub mod prompt;

@@ -5,6 +5,11 @@ mod generate;
 
 use clap::{Parser, Subcommand};
 
+mod features;
+mod image_prep;
+mod tensors_out;
+mod tokenize;
+
 #[derive(Parser)]
 #[command(
     name = "phi4mm",
@@ -24,6 +29,12 @@ enum Command {
     BenchCheckpoint(bench::BenchCheckpointArgs),
     /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
     Bench(bench::BenchArgs),
+    /// Audio clip → log-mel features (safetensors).
+    Features(features::Args),
+    /// Image → dynamic-HD crops, masks, sizes, token count (safetensors).
+    Image(image_prep::Args),
+    /// Text or chat messages → token ids (JSON on stdout).
+    Tokenize(tokenize::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +43,9 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Features(args) => features::run(args),
+        Command::Image(args) => image_prep::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

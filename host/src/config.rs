@@ -1,0 +1,447 @@
+//! The configuration file: one TOML file, read with the `config` crate, with environment
+//! overrides (`SWITCHYARD__SERVER__LISTEN=...`), validated as a whole. Every error names the key.
+//! The reference is `docs/configuration.md`.
+
+use serde::Deserialize;
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+use switchyard_plugin_api::Modality;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub plugins: Vec<PluginConfig>,
+    #[serde(default)]
+    pub models: Vec<ModelConfig>,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// A second listener for `/admin/*`; must be a loopback address.
+    #[serde(default)]
+    pub admin_listen: Option<String>,
+    /// When set, `/admin/*` is also served on the main listener behind `Authorization: Bearer`.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// Largest accepted request body, in bytes (HTTP 413 above).
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// How long a retired instance may take to finish its in-flight requests.
+    #[serde(default = "default_drain")]
+    pub drain_timeout_secs: f64,
+    /// Most retired plugin libraries kept mapped (libraries are never unloaded).
+    #[serde(default = "default_retired_cap")]
+    pub retired_library_cap: usize,
+    /// Reload when the config file changes.
+    #[serde(default)]
+    pub watch_config: bool,
+    /// `Retry-After` seconds on HTTP 429.
+    #[serde(default = "default_retry_after")]
+    pub retry_after_secs: u32,
+    /// Root for plugin caches and shadow copies (default `$XDG_CACHE_HOME/switchyard`).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            admin_listen: None,
+            admin_token: None,
+            max_body_bytes: default_max_body(),
+            drain_timeout_secs: default_drain(),
+            retired_library_cap: default_retired_cap(),
+            watch_config: false,
+            retry_after_secs: default_retry_after(),
+            cache_dir: None,
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_max_body() -> usize {
+    64 << 20
+}
+fn default_drain() -> f64 {
+    30.0
+}
+fn default_retired_cap() -> usize {
+    16
+}
+fn default_retry_after() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    pub name: String,
+    /// Path of the shared library; relative paths are relative to the config file.
+    pub path: PathBuf,
+    /// Optional pin: the library is refused unless its sha256 (hex) matches.
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub name: String,
+    pub plugin: String,
+    pub kind: String,
+    /// Plugin-specific settings, handed to the plugin as JSON.
+    #[serde(default = "empty_table")]
+    pub settings: serde_json::Value,
+    /// Compute threads for this instance (default: all cores).
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// Admission limit: requests in flight at once; more get HTTP 429 (or a fallback).
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: u32,
+}
+
+fn empty_table() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+fn default_max_in_flight() -> u32 {
+    64
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Requested model names (the request's `model` field) this route answers.
+    pub models: Vec<String>,
+    /// Modalities this route takes (`text`, `image`, `audio`, `image+audio`); empty: any.
+    #[serde(default)]
+    pub modalities: Vec<String>,
+    /// Only requests carrying this header value take this route.
+    #[serde(default)]
+    pub header: Option<HeaderMatch>,
+    /// Weighted backends (model instance names), split deterministically by weight.
+    pub backends: Vec<Backend>,
+    /// Tried in order when the chosen backend is unavailable or full.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatch {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    pub model: String,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// All the problems found in a config, each naming its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration: {}", self.0.join("; "))
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// A config that passed validation, with plugin paths made absolute.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    pub config: Config,
+    pub source: Option<PathBuf>,
+}
+
+impl std::ops::Deref for ValidConfig {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
+
+/// Reads `path` and applies `SWITCHYARD__...` environment overrides, then validates.
+pub fn load(path: &Path) -> Result<ValidConfig, ConfigErrors> {
+    let built = config::Config::builder()
+        .add_source(
+            config::File::from(path)
+                .format(config::FileFormat::Toml)
+                .required(true),
+        )
+        .add_source(
+            config::Environment::with_prefix("SWITCHYARD")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        )
+        .build()
+        .map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;
+    let config: Config = built
+        .try_deserialize()
+        .map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    validate(config, base, Some(path.to_path_buf()))
+}
+
+/// Parses TOML text (no environment overrides); relative plugin paths resolve against `base`.
+pub fn from_toml_str(text: &str, base: &Path) -> Result<ValidConfig, ConfigErrors> {
+    let built = config::Config::builder()
+        .add_source(config::File::from_str(text, config::FileFormat::Toml))
+        .build()
+        .map_err(|e| ConfigErrors(vec![e.to_string()]))?;
+    let config: Config = built
+        .try_deserialize()
+        .map_err(|e| ConfigErrors(vec![e.to_string()]))?;
+    validate(config, base, None)
+}
+
+/// Checks the config as a whole: every reference resolves, names are unique, values are sane.
+/// Plugin files are only checked for existence here; the registry checks their contents.
+pub fn validate(
+    mut config: Config,
+    base: &Path,
+    source: Option<PathBuf>,
+) -> Result<ValidConfig, ConfigErrors> {
+    let mut errors = Vec::new();
+    let server = &config.server;
+    if server.listen.parse::<SocketAddr>().is_err() {
+        errors.push(format!(
+            "server.listen: {:?} is not an address like 127.0.0.1:8080",
+            server.listen
+        ));
+    }
+    if let Some(admin) = &server.admin_listen {
+        match admin.parse::<SocketAddr>() {
+            Ok(addr) if addr.ip().is_loopback() => {}
+            Ok(_) => errors.push(format!(
+                "server.admin_listen: {admin} is not a loopback address"
+            )),
+            Err(_) => errors.push(format!("server.admin_listen: {admin:?} is not an address")),
+        }
+    }
+    if matches!(&server.admin_token, Some(t) if t.len() < 16) {
+        errors.push("server.admin_token: must be at least 16 characters".into());
+    }
+    if server.max_body_bytes < 1024 {
+        errors.push("server.max_body_bytes: must be at least 1024".into());
+    }
+    if !(server.drain_timeout_secs.is_finite() && server.drain_timeout_secs >= 0.0) {
+        errors.push("server.drain_timeout_secs: must be a finite number >= 0".into());
+    }
+
+    let mut plugin_names = HashSet::new();
+    for (i, plugin) in config.plugins.iter_mut().enumerate() {
+        let key = format!("plugins[{i}]");
+        if plugin.name.is_empty() {
+            errors.push(format!("{key}.name: must not be empty"));
+        }
+        if !plugin_names.insert(plugin.name.clone()) {
+            errors.push(format!(
+                "{key}.name: duplicate plugin name {:?}",
+                plugin.name
+            ));
+        }
+        if plugin.path.is_relative() {
+            plugin.path = base.join(&plugin.path);
+        }
+        if !plugin.path.is_file() {
+            errors.push(format!(
+                "{key}.path: no such file {}",
+                plugin.path.display()
+            ));
+        }
+        if let Some(pin) = &plugin.sha256 {
+            if pin.len() != 64 || !pin.chars().all(|c| c.is_ascii_hexdigit()) {
+                errors.push(format!("{key}.sha256: expected 64 hex digits, got {pin:?}"));
+            }
+        }
+    }
+
+    let mut model_names = HashSet::new();
+    for (i, model) in config.models.iter().enumerate() {
+        let key = format!("models[{i}]");
+        if model.name.is_empty() {
+            errors.push(format!("{key}.name: must not be empty"));
+        }
+        if !model_names.insert(model.name.clone()) {
+            errors.push(format!("{key}.name: duplicate model name {:?}", model.name));
+        }
+        if !plugin_names.contains(&model.plugin) {
+            errors.push(format!("{key}.plugin: unknown plugin {:?}", model.plugin));
+        }
+        if !model.settings.is_object() {
+            errors.push(format!("{key}.settings: must be a table"));
+        }
+        if model.max_in_flight == 0 {
+            errors.push(format!("{key}.max_in_flight: must be at least 1"));
+        }
+        if model.threads == Some(0) {
+            errors.push(format!("{key}.threads: must be at least 1"));
+        }
+    }
+
+    for (i, route) in config.routes.iter().enumerate() {
+        let key = format!("routes[{i}]");
+        if route.models.is_empty() || route.models.iter().any(String::is_empty) {
+            errors.push(format!(
+                "{key}.models: list at least one non-empty requested model name"
+            ));
+        }
+        for (j, m) in route.modalities.iter().enumerate() {
+            if Modality::parse(m).is_none() {
+                errors.push(format!("{key}.modalities[{j}]: unknown modality {m:?} (text, image, audio, image+audio)"));
+            }
+        }
+        if let Some(h) = &route.header {
+            if axum::http::HeaderName::try_from(h.name.as_str()).is_err() {
+                errors.push(format!(
+                    "{key}.header.name: {:?} is not a header name",
+                    h.name
+                ));
+            }
+        }
+        if route.backends.is_empty() {
+            errors.push(format!("{key}.backends: list at least one backend"));
+        }
+        if route.backends.iter().all(|b| b.weight == 0) && !route.backends.is_empty() {
+            errors.push(format!("{key}.backends: at least one weight must be > 0"));
+        }
+        for (j, b) in route.backends.iter().enumerate() {
+            if !model_names.contains(&b.model) {
+                errors.push(format!(
+                    "{key}.backends[{j}].model: unknown model {:?}",
+                    b.model
+                ));
+            }
+        }
+        for (j, f) in route.fallbacks.iter().enumerate() {
+            if !model_names.contains(f) {
+                errors.push(format!("{key}.fallbacks[{j}]: unknown model {f:?}"));
+            }
+        }
+    }
+
+    if errors.is_empty() {
+        Ok(ValidConfig { config, source })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+impl Config {
+    pub fn plugin(&self, name: &str) -> Option<&PluginConfig> {
+        self.plugins.iter().find(|p| p.name == name)
+    }
+
+    /// Requested model names clients may use: route names and instance names.
+    pub fn public_model_names(&self) -> Vec<String> {
+        let mut seen = HashSet::new();
+        let mut names = Vec::new();
+        let from_routes = self.routes.iter().flat_map(|r| r.models.iter());
+        for name in from_routes.chain(self.models.iter().map(|m| &m.name)) {
+            if seen.insert(name.clone()) {
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
+    /// Instance name → its config.
+    pub fn models_by_name(&self) -> HashMap<&str, &ModelConfig> {
+        self.models.iter().map(|m| (m.name.as_str(), m)).collect()
+    }
+}
+
+/// `$XDG_CACHE_HOME/switchyard`, else `~/.cache/switchyard`.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("switchyard");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("switchyard")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str) -> Result<ValidConfig, ConfigErrors> {
+        from_toml_str(text, Path::new("/nonexistent"))
+    }
+
+    #[test]
+    fn errors_name_their_keys_and_are_all_reported() {
+        let err = check(
+            r#"
+            [server]
+            listen = "nope"
+            [[plugins]]
+            name = "p"
+            path = "missing.so"
+            sha256 = "abc"
+            [[models]]
+            name = "m"
+            plugin = "q"
+            kind = "k"
+            [[routes]]
+            models = ["x"]
+            modalities = ["video"]
+            backends = [{ model = "n" }]
+            fallbacks = ["o"]
+            "#,
+        )
+        .unwrap_err();
+        let all = err.0.join("\n");
+        for key in [
+            "server.listen",
+            "plugins[0].path",
+            "plugins[0].sha256",
+            "models[0].plugin",
+            "routes[0].modalities[0]",
+            "routes[0].backends[0].model",
+            "routes[0].fallbacks[0]",
+        ] {
+            assert!(all.contains(key), "{key} missing from:\n{all}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = check("[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n").unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn admin_listener_must_be_loopback() {
+        let err = check("[server]\nadmin_listen = \"0.0.0.0:9\"\n").unwrap_err();
+        assert!(err.to_string().contains("server.admin_listen"), "{err}");
+        assert!(check("[server]\nadmin_listen = \"127.0.0.1:9\"\n").is_ok());
+    }
+}

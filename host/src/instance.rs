@@ -1,0 +1,300 @@
+//! One model instance: a plugin's model object plus the host's bookkeeping (lifecycle state,
+//! admission limit, in-flight count). Requests hold an [`Admission`] for as long as they run, and
+//! draining waits for those to end.
+
+use crate::{config::ModelConfig, registry::LoadedPlugin, sink};
+use abi_stable::std_types::RResult;
+use serde::Serialize;
+use std::{
+    sync::{
+        atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering},
+        Arc, RwLock,
+    },
+    time::{Duration, Instant},
+};
+use switchyard_plugin_api::{
+    Endpoint, Event, Modality, ModelBox, ModelKindInfo, ModelStats, PluginError, Request,
+};
+use tokio::sync::{mpsc, Notify};
+
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceState {
+    Warming = 0,
+    Ready = 1,
+    Draining = 2,
+    Stopped = 3,
+}
+
+impl InstanceState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Warming,
+            1 => Self::Ready,
+            2 => Self::Draining,
+            _ => Self::Stopped,
+        }
+    }
+}
+
+pub struct Instance {
+    pub name: String,
+    pub plugin: Arc<LoadedPlugin>,
+    pub kind: ModelKindInfo,
+    pub max_in_flight: u32,
+    /// What the instance was created from; a reload reuses an instance with the same fingerprint.
+    pub fingerprint: String,
+    model: RwLock<Option<ModelBox>>,
+    state: AtomicU8,
+    in_flight: AtomicU32,
+    served: AtomicU64,
+    idle: Notify,
+    pub created: Instant,
+}
+
+/// Why an instance did not take a request.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The instance does not serve this endpoint/modality.
+    Unsupported(String),
+    /// Full (host admission limit or the plugin's queue): try a fallback, else 429.
+    Full(String),
+    /// Draining or stopped: try a fallback, else 503.
+    Unavailable(String),
+    /// The plugin refused the request itself (bad input, panic, ...): no fallback.
+    Failed(PluginError),
+}
+
+/// A request admitted into an instance. Dropping it before the request finished cancels the
+/// request inside the plugin (client gone), and always releases the admission slot.
+pub struct Admission {
+    instance: Arc<Instance>,
+    request_id: u64,
+    finished: bool,
+}
+
+impl Admission {
+    pub fn instance(&self) -> &Arc<Instance> {
+        &self.instance
+    }
+    pub fn request_id(&self) -> u64 {
+        self.request_id
+    }
+    /// The request reached a terminal event; dropping no longer cancels.
+    pub fn mark_finished(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.instance.cancel(self.request_id);
+        }
+        self.instance.served.fetch_add(1, Ordering::Relaxed);
+        if self.instance.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.instance.idle.notify_waiters();
+        }
+    }
+}
+
+impl Instance {
+    pub fn new(
+        config: &ModelConfig,
+        plugin: Arc<LoadedPlugin>,
+        kind: ModelKindInfo,
+        model: ModelBox,
+    ) -> Self {
+        Self {
+            name: config.name.clone(),
+            kind,
+            max_in_flight: config.max_in_flight,
+            fingerprint: fingerprint(config, &plugin.sha256),
+            plugin,
+            model: RwLock::new(Some(model)),
+            state: AtomicU8::new(InstanceState::Warming as u8),
+            in_flight: AtomicU32::new(0),
+            served: AtomicU64::new(0),
+            idle: Notify::new(),
+            created: Instant::now(),
+        }
+    }
+
+    pub fn state(&self) -> InstanceState {
+        InstanceState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    fn set_state(&self, state: InstanceState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+
+    pub fn plugin_label(&self) -> String {
+        self.plugin.label()
+    }
+
+    /// Runs the plugin's warm-up; on success the instance is ready. Blocking.
+    pub fn warm(&self) -> Result<(), PluginError> {
+        let result = match &*self.model.read().unwrap() {
+            Some(model) => model.warm(),
+            None => RResult::RErr(PluginError::unavailable("instance is stopped")),
+        };
+        match result {
+            RResult::ROk(()) => {
+                self.set_state(InstanceState::Ready);
+                Ok(())
+            }
+            RResult::RErr(e) => Err(e),
+        }
+    }
+
+    /// Admits and submits a request. Events arrive on the returned receiver.
+    pub fn submit(
+        self: &Arc<Self>,
+        request: Request,
+    ) -> Result<(Admission, mpsc::UnboundedReceiver<Event>), Refusal> {
+        let modality = request.modality();
+        if !self.kind.accepts(request.endpoint, modality) {
+            return Err(Refusal::Unsupported(format!(
+                "model {} does not serve {modality} requests on the {} endpoint",
+                self.name,
+                endpoint_name(request.endpoint)
+            )));
+        }
+        if self.state() != InstanceState::Ready {
+            return Err(Refusal::Unavailable(format!(
+                "model {} is {:?}",
+                self.name,
+                self.state()
+            )));
+        }
+        // Admission: reserve a slot first, give it back if over the limit.
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let mut admission = Admission {
+            instance: self.clone(),
+            request_id: request.id,
+            finished: true,
+        };
+        if before >= self.max_in_flight {
+            return Err(Refusal::Full(format!(
+                "model {} has {} requests in flight (max_in_flight {})",
+                self.name, before, self.max_in_flight
+            )));
+        }
+        // A drain may have begun between the state check and the reservation; the drain counts
+        // in-flight requests after it flips the state, so re-checking here closes the gap.
+        if self.state() != InstanceState::Ready {
+            return Err(Refusal::Unavailable(format!(
+                "model {} is {:?}",
+                self.name,
+                self.state()
+            )));
+        }
+        let (sink, rx) = sink::channel();
+        let guard = self.model.read().unwrap();
+        let Some(model) = guard.as_ref() else {
+            return Err(Refusal::Unavailable(format!(
+                "model {} is stopped",
+                self.name
+            )));
+        };
+        match model.submit(request, sink) {
+            RResult::ROk(()) => {
+                admission.finished = false;
+                Ok((admission, rx))
+            }
+            RResult::RErr(e) => Err(match e.kind {
+                switchyard_plugin_api::ErrorKind::Overloaded => {
+                    Refusal::Full(e.message.to_string())
+                }
+                switchyard_plugin_api::ErrorKind::Unavailable => {
+                    Refusal::Unavailable(e.message.to_string())
+                }
+                _ => Refusal::Failed(e),
+            }),
+        }
+    }
+
+    pub fn cancel(&self, request_id: u64) -> bool {
+        match &*self.model.read().unwrap() {
+            Some(model) => model.cancel(request_id),
+            None => false,
+        }
+    }
+
+    pub fn stats(&self) -> ModelStats {
+        match &*self.model.read().unwrap() {
+            Some(model) => model.stats(),
+            None => ModelStats {
+                details_json: "{}".into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Stops admissions, waits for in-flight requests up to `deadline`, shuts the model down and
+    /// drops it (freeing its memory; the library stays mapped). Returns the requests that were
+    /// still running at the deadline (and were cancelled by the shutdown).
+    pub async fn drain_and_stop(self: Arc<Self>, deadline: Duration) -> u32 {
+        self.set_state(InstanceState::Draining);
+        if let Some(model) = &*self.model.read().unwrap() {
+            model.drain();
+        }
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            let idle = self.idle.notified();
+            if self.in_flight() == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(until, idle).await.is_err() {
+                break;
+            }
+        }
+        let left = self.in_flight();
+        let this = self.clone();
+        let _ = tokio::task::spawn_blocking(move || this.stop_now()).await;
+        left
+    }
+
+    /// Shuts the model down and drops it. Blocking.
+    pub fn stop_now(&self) {
+        let model = self.model.write().unwrap().take();
+        if let Some(model) = model {
+            model.shutdown();
+            drop(model);
+        }
+        self.set_state(InstanceState::Stopped);
+    }
+
+    pub fn serves(&self, endpoint: Endpoint, modality: Modality) -> bool {
+        self.kind.accepts(endpoint, modality)
+    }
+}
+
+pub fn endpoint_name(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Chat => "chat",
+        Endpoint::Transcription => "transcription",
+    }
+}
+
+/// Instances are reused across a reload only when everything they were created from is equal.
+pub fn fingerprint(config: &ModelConfig, plugin_sha: &str) -> String {
+    format!(
+        "{}|{}|{}|{}|{:?}|{}",
+        config.plugin,
+        plugin_sha,
+        config.kind,
+        config.settings,
+        config.threads,
+        config.max_in_flight
+    )
+}

@@ -1,0 +1,22 @@
+//! Switchyard: an inference router that many model plugins share.
+//!
+//! - [`config`]: the TOML file, env overrides, validation as a whole;
+//! - [`registry`]: plugin libraries, shadow-copied by content hash and loaded through abi_stable;
+//! - [`instance`]: one model instance, its lifecycle and admission;
+//! - [`router`]: the route table (requested model, modality, header → weighted backends, fallbacks);
+//! - [`runtime`]: the current generation behind `arc-swap`, reload, drain;
+//! - [`server`]: the OpenAI-compatible HTTP API, health, metrics, admin;
+//! - [`cli`]: `serve`, `run`, `plugins inspect`, `config check`.
+
+// abi_stable's #[sabi_trait] impls expand to impls inside a const block; the lint is about that macro.
+#![allow(non_local_definitions)]
+
+pub mod cli;
+pub mod config;
+pub mod instance;
+pub mod metrics;
+pub mod registry;
+pub mod router;
+pub mod runtime;
+pub mod server;
+pub mod sink;

@@ -1,0 +1,304 @@
+//! Plugin libraries. Each file is copied into a private shadow directory under the name of its
+//! sha256 before it is opened, so an operator can overwrite the original during a deploy and two
+//! versions can be mapped at once. Libraries are never unmapped (abi_stable leaks them on purpose:
+//! unloading Rust code with thread-local destructors is unsound), so a reload that replaces a
+//! version leaves the old one mapped as a *retired* library; their number is capped.
+
+use abi_stable::library::{lib_header_from_path, LibraryError, RootModule};
+use sha2::{Digest, Sha256};
+use std::{
+    collections::HashMap,
+    fs,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+use switchyard_plugin_api::{PluginManifest, PluginModRef, API_VERSION, MANIFEST_SYMBOL};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("plugin {name:?}: cannot read {path}: {source}")]
+    Read {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("plugin {name:?}: sha256 pin mismatch for {path}: pinned {pinned}, file has {actual}")]
+    PinMismatch {
+        name: String,
+        path: PathBuf,
+        pinned: String,
+        actual: String,
+    },
+    #[error("plugin {name:?}: cannot write shadow copy {path}: {source}")]
+    Shadow {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("plugin {name:?}: {path} is not a Switchyard plugin: {reason}")]
+    NotAPlugin {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("plugin {name:?}: {path} was built for plugin API {plugin_api}; this host speaks {host_api}")]
+    ApiVersion {
+        name: String,
+        path: PathBuf,
+        plugin_api: String,
+        host_api: String,
+    },
+    #[error("plugin {name:?}: {path} has an incompatible ABI and was refused: {reason}")]
+    Incompatible {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("plugin {name:?}: the library is named {actual:?} in its manifest")]
+    NameMismatch { name: String, actual: String },
+    #[error(
+        "loading would keep {would_be} retired plugin libraries mapped, over the cap of {cap} \
+         (server.retired_library_cap); restart the process to unmap them"
+    )]
+    RetiredCap { would_be: usize, cap: usize },
+}
+
+/// One mapped plugin library.
+pub struct LoadedPlugin {
+    pub sha256: String,
+    pub manifest: PluginManifest,
+    pub module: PluginModRef,
+    pub shadow_path: PathBuf,
+    /// Where it was loaded from (the operator's path, which may since have been overwritten).
+    pub original_path: PathBuf,
+}
+
+impl LoadedPlugin {
+    pub fn version(&self) -> &str {
+        self.manifest.version.as_str()
+    }
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.manifest.name, self.manifest.version)
+    }
+}
+
+pub struct Registry {
+    shadow_dir: PathBuf,
+    loaded: Mutex<HashMap<String, Arc<LoadedPlugin>>>,
+}
+
+impl Registry {
+    /// `shadow_dir` is created with mode 0700.
+    pub fn new(shadow_dir: PathBuf) -> std::io::Result<Self> {
+        fs::create_dir_all(&shadow_dir)?;
+        set_private(&shadow_dir)?;
+        Ok(Self {
+            shadow_dir,
+            loaded: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn shadow_dir(&self) -> &Path {
+        &self.shadow_dir
+    }
+
+    /// Number of libraries mapped in this process.
+    pub fn loaded_count(&self) -> usize {
+        self.loaded.lock().unwrap().len()
+    }
+
+    pub fn loaded(&self) -> Vec<Arc<LoadedPlugin>> {
+        self.loaded.lock().unwrap().values().cloned().collect()
+    }
+
+    pub fn is_loaded(&self, sha256: &str) -> bool {
+        self.loaded.lock().unwrap().contains_key(sha256)
+    }
+
+    /// Loads (or finds already loaded) the plugin at `path`, verifying an optional sha256 pin.
+    pub fn load(
+        &self,
+        name: &str,
+        path: &Path,
+        pin: Option<&str>,
+    ) -> Result<Arc<LoadedPlugin>, RegistryError> {
+        let bytes = fs::read(path).map_err(|source| RegistryError::Read {
+            name: name.into(),
+            path: path.into(),
+            source,
+        })?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        if let Some(pin) = pin {
+            if !pin.eq_ignore_ascii_case(&sha256) {
+                return Err(RegistryError::PinMismatch {
+                    name: name.into(),
+                    path: path.into(),
+                    pinned: pin.to_ascii_lowercase(),
+                    actual: sha256,
+                });
+            }
+        }
+        if let Some(existing) = self.loaded.lock().unwrap().get(&sha256) {
+            return Ok(existing.clone());
+        }
+        let shadow_path = self.shadow_dir.join(format!("{sha256}.so"));
+        write_shadow(&shadow_path, &bytes).map_err(|source| RegistryError::Shadow {
+            name: name.into(),
+            path: shadow_path.clone(),
+            source,
+        })?;
+
+        // Read the manifest JSON first: it works on any build, so an API mismatch gets a plain
+        // message instead of abi_stable's layout dump.
+        let json_manifest =
+            read_manifest_json(&shadow_path).map_err(|reason| RegistryError::NotAPlugin {
+                name: name.into(),
+                path: path.into(),
+                reason,
+            })?;
+        if !API_VERSION.accepts(json_manifest.api_version) {
+            return Err(RegistryError::ApiVersion {
+                name: name.into(),
+                path: path.into(),
+                plugin_api: json_manifest.api_version.to_string(),
+                host_api: API_VERSION.to_string(),
+            });
+        }
+        let module =
+            open_root_module(&shadow_path).map_err(|reason| RegistryError::Incompatible {
+                name: name.into(),
+                path: path.into(),
+                reason,
+            })?;
+        let manifest = (module.manifest())();
+        if manifest.name.as_str() != json_manifest.name.as_str() {
+            return Err(RegistryError::NameMismatch {
+                name: name.into(),
+                actual: manifest.name.to_string(),
+            });
+        }
+        let plugin = Arc::new(LoadedPlugin {
+            sha256: sha256.clone(),
+            manifest,
+            module,
+            shadow_path,
+            original_path: path.to_path_buf(),
+        });
+        self.loaded.lock().unwrap().insert(sha256, plugin.clone());
+        Ok(plugin)
+    }
+
+    /// Refuses a load plan that would leave more than `cap` retired libraries mapped:
+    /// `new_shas` are the libraries the next generation uses.
+    pub fn check_retired_cap(&self, next_shas: &[String], cap: usize) -> Result<(), RegistryError> {
+        let loaded = self.loaded.lock().unwrap();
+        let fresh = next_shas
+            .iter()
+            .filter(|s| !loaded.contains_key(*s))
+            .count();
+        let would_be_mapped = loaded.len() + fresh;
+        let mut used: Vec<&String> = next_shas.iter().collect();
+        used.sort();
+        used.dedup();
+        let would_be = would_be_mapped - used.len();
+        if would_be > cap {
+            return Err(RegistryError::RetiredCap { would_be, cap });
+        }
+        Ok(())
+    }
+}
+
+/// sha256 of a file, hex.
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    Ok(hex::encode(Sha256::digest(fs::read(path)?)))
+}
+
+fn write_shadow(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if path.exists() {
+        // Content-addressed: an existing file with this name has these bytes, unless someone
+        // tampered with our private directory; check rather than trust.
+        if fs::read(path)? == bytes {
+            return Ok(());
+        }
+        fs::remove_file(path)?;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)
+}
+
+#[cfg(unix)]
+fn set_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+#[cfg(not(unix))]
+fn set_private(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Reads the manifest through the plain C symbol, without any layout check.
+pub fn read_manifest_json(path: &Path) -> Result<PluginManifest, String> {
+    let json = read_manifest_text(path)?;
+    serde_json::from_str(&json).map_err(|e| format!("manifest JSON is invalid: {e}"))
+}
+
+/// The raw manifest JSON text of a library.
+pub fn read_manifest_text(path: &Path) -> Result<String, String> {
+    // SAFETY: opening a library runs its initialisers; the operator configured this file as a
+    // plugin. The symbol's contract (a static NUL-terminated string) is the plugin ABI's.
+    unsafe {
+        let lib =
+            libloading::Library::new(path).map_err(|e| format!("cannot open library: {e}"))?;
+        let text = {
+            let symbol: libloading::Symbol<unsafe extern "C" fn() -> *const std::os::raw::c_char> =
+                lib.get(MANIFEST_SYMBOL.as_bytes())
+                    .map_err(|_| format!("it does not export {MANIFEST_SYMBOL}"))?;
+            let ptr = symbol();
+            if ptr.is_null() {
+                return Err(format!("{MANIFEST_SYMBOL} returned null"));
+            }
+            std::ffi::CStr::from_ptr(ptr).to_string_lossy().into_owned()
+        };
+        // Never unmap: the same file may be (or become) loaded through abi_stable, and Rust
+        // libraries are not safe to unload.
+        std::mem::forget(lib);
+        Ok(text)
+    }
+}
+
+/// Opens the abi_stable root module with full layout and version checks.
+pub fn open_root_module(path: &Path) -> Result<PluginModRef, String> {
+    let header = lib_header_from_path(path).map_err(describe_library_error)?;
+    header
+        .init_root_module::<PluginModRef>()
+        .map_err(describe_library_error)
+}
+
+fn describe_library_error(error: LibraryError) -> String {
+    // abi_stable's layout errors are long type dumps; keep the headline and a few lines of detail.
+    let text = error.to_string();
+    let mut lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(8)
+        .collect();
+    if text.lines().count() > 8 {
+        lines.push("...");
+    }
+    let kind = match error {
+        LibraryError::AbiInstability(_) => "type layouts differ from this host's plugin API",
+        LibraryError::IncompatibleVersionNumber { .. } => {
+            "plugin API crate version is incompatible"
+        }
+        _ => "library error",
+    };
+    format!("{kind}: {}", lines.join(" | "))
+}
+
+/// Keeps `PluginModRef: RootModule` in the public API of this module, for readers.
+pub const ROOT_MODULE_NAME: &str = <PluginModRef as RootModule>::NAME;

@@ -1,0 +1,197 @@
+//! The route table: a requested model name (plus the request's modality and headers) resolves to
+//! an ordered list of candidate instances — the weighted choice first, then the fallbacks. The
+//! table is immutable; a reload builds a new one and swaps it in (see [`crate::runtime`]).
+
+use crate::{config::Config, instance::Instance};
+use axum::http::{HeaderMap, HeaderName};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+use switchyard_plugin_api::Modality;
+
+pub struct RouteTable {
+    /// Requested model name → indices into `routes`, in config order.
+    by_name: HashMap<String, Vec<usize>>,
+    routes: Vec<Route>,
+    instances: HashMap<String, Arc<Instance>>,
+}
+
+struct Route {
+    modalities: Vec<Modality>,
+    header: Option<(HeaderName, String)>,
+    backends: Vec<(Arc<Instance>, i64)>,
+    fallbacks: Vec<Arc<Instance>>,
+    /// Smooth weighted round-robin state (nginx's algorithm): deterministic, and any window of
+    /// `sum(weights)` picks has each backend exactly `weight` times.
+    current: Mutex<Vec<i64>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum RouteError {
+    UnknownModel(String),
+    NoMatch { model: String, modality: Modality },
+}
+
+impl std::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownModel(m) => write!(f, "The model `{m}` does not exist"),
+            Self::NoMatch { model, modality } => {
+                write!(
+                    f,
+                    "no route for model `{model}` takes {modality} requests with these headers"
+                )
+            }
+        }
+    }
+}
+
+impl RouteTable {
+    /// Builds the table. `instances` must hold every model the config names (validation ensures
+    /// the names resolve; the runtime creates the instances).
+    pub fn build(config: &Config, instances: HashMap<String, Arc<Instance>>) -> Self {
+        let get = |name: &str| {
+            instances
+                .get(name)
+                .cloned()
+                .expect("validated config names an instance")
+        };
+        let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut routes = Vec::new();
+        for (index, route) in config.routes.iter().enumerate() {
+            for name in &route.models {
+                by_name.entry(name.clone()).or_default().push(index);
+            }
+            let backends: Vec<_> = route
+                .backends
+                .iter()
+                .map(|b| (get(&b.model), b.weight as i64))
+                .collect();
+            routes.push(Route {
+                modalities: route
+                    .modalities
+                    .iter()
+                    .filter_map(|m| Modality::parse(m))
+                    .collect(),
+                header: route.header.as_ref().and_then(|h| {
+                    HeaderName::try_from(h.name.as_str())
+                        .ok()
+                        .map(|n| (n, h.value.clone()))
+                }),
+                current: Mutex::new(vec![0; backends.len()]),
+                backends,
+                fallbacks: route.fallbacks.iter().map(|f| get(f)).collect(),
+            });
+        }
+        Self {
+            by_name,
+            routes,
+            instances,
+        }
+    }
+
+    pub fn instances(&self) -> &HashMap<String, Arc<Instance>> {
+        &self.instances
+    }
+
+    /// Candidates for a request, best first.
+    pub fn resolve(
+        &self,
+        model: &str,
+        modality: Modality,
+        headers: &HeaderMap,
+    ) -> Result<Vec<Arc<Instance>>, RouteError> {
+        if let Some(indices) = self.by_name.get(model) {
+            for &i in indices {
+                let route = &self.routes[i];
+                if route.matches(modality, headers) {
+                    return Ok(route.candidates());
+                }
+            }
+            if !self.instances.contains_key(model) {
+                return Err(RouteError::NoMatch {
+                    model: model.into(),
+                    modality,
+                });
+            }
+        }
+        // Every instance is also addressable by its own name.
+        match self.instances.get(model) {
+            Some(instance) => Ok(vec![instance.clone()]),
+            None => Err(RouteError::UnknownModel(model.into())),
+        }
+    }
+}
+
+impl Route {
+    fn matches(&self, modality: Modality, headers: &HeaderMap) -> bool {
+        let modality_ok = self.modalities.is_empty() || self.modalities.contains(&modality);
+        let header_ok = match &self.header {
+            None => true,
+            Some((name, value)) => {
+                headers.get(name).and_then(|v| v.to_str().ok()) == Some(value.as_str())
+            }
+        };
+        modality_ok && header_ok
+    }
+
+    fn candidates(&self) -> Vec<Arc<Instance>> {
+        let chosen = self.pick();
+        let mut out = Vec::with_capacity(1 + self.fallbacks.len());
+        out.push(self.backends[chosen].0.clone());
+        for fallback in &self.fallbacks {
+            if !out.iter().any(|i| Arc::ptr_eq(i, fallback)) {
+                out.push(fallback.clone());
+            }
+        }
+        out
+    }
+
+    fn pick(&self) -> usize {
+        let weights: Vec<i64> = self.backends.iter().map(|(_, w)| *w).collect();
+        smooth_weighted_pick(&mut self.current.lock().unwrap(), &weights)
+    }
+}
+
+/// One step of smooth weighted round-robin: every weight is added to its running value, the
+/// largest wins and pays back the total.
+fn smooth_weighted_pick(current: &mut [i64], weights: &[i64]) -> usize {
+    let total: i64 = weights.iter().sum();
+    let mut best = 0;
+    for (i, weight) in weights.iter().enumerate() {
+        current[i] += weight;
+        if current[i] > current[best] {
+            best = i;
+        }
+    }
+    current[best] -= total;
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::smooth_weighted_pick;
+
+    #[test]
+    fn weights_are_exact_in_every_window_and_interleaved() {
+        let weights = [5, 1, 1];
+        let mut current = [0; 3];
+        let picks: Vec<usize> = (0..14)
+            .map(|_| smooth_weighted_pick(&mut current, &weights))
+            .collect();
+        for window in picks.chunks(7) {
+            assert_eq!(window.iter().filter(|&&p| p == 0).count(), 5);
+            assert_eq!(window.iter().filter(|&&p| p == 1).count(), 1);
+            assert_eq!(window.iter().filter(|&&p| p == 2).count(), 1);
+        }
+        // Smooth: the heavy backend never takes more than 3 in a row here (nginx's property).
+        assert_eq!(&picks[..7], &[0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn zero_weight_backends_are_never_picked() {
+        let mut current = [0; 2];
+        assert!((0..10).all(|_| smooth_weighted_pick(&mut current, &[0, 3]) == 1));
+    }
+}

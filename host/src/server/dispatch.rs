@@ -1,0 +1,85 @@
+//! From a parsed request to an admitted one: resolve the route, try the chosen backend, then the
+//! fallbacks. A request that meets only draining instances (a reload swapped the table between
+//! resolve and submit) is resolved again against the new table, so reloads fail no request.
+
+use super::error::ApiError;
+use crate::{
+    instance::{Admission, Instance, Refusal},
+    router::RouteError,
+    runtime::Runtime,
+};
+use axum::http::HeaderMap;
+use std::sync::Arc;
+use switchyard_plugin_api::{Event, Request};
+use tokio::sync::mpsc;
+
+pub struct Dispatched {
+    pub admission: Admission,
+    pub events: mpsc::UnboundedReceiver<Event>,
+}
+
+impl Dispatched {
+    pub fn instance(&self) -> &Arc<Instance> {
+        self.admission.instance()
+    }
+}
+
+const RESOLVE_ATTEMPTS: usize = 3;
+
+pub fn dispatch(
+    runtime: &Runtime,
+    model: &str,
+    headers: &HeaderMap,
+    request: Request,
+) -> Result<Dispatched, ApiError> {
+    let retry_after = runtime.current().config.server.retry_after_secs;
+    let modality = request.modality();
+    let mut last_generation = None;
+    for _ in 0..RESOLVE_ATTEMPTS {
+        let generation = runtime.current();
+        if last_generation == Some(generation.id) {
+            break;
+        }
+        last_generation = Some(generation.id);
+        let candidates =
+            generation
+                .table
+                .resolve(model, modality, headers)
+                .map_err(|e| match e {
+                    RouteError::UnknownModel(_) => ApiError::not_found_model(e.to_string()),
+                    RouteError::NoMatch { .. } => ApiError::invalid_param("model", e.to_string()),
+                })?;
+        let (mut full, mut unavailable, mut unsupported) = (None, None, None);
+        for instance in candidates {
+            match instance.submit(request.clone()) {
+                Ok((admission, events)) => return Ok(Dispatched { admission, events }),
+                Err(Refusal::Full(m)) => full = Some(m),
+                Err(Refusal::Unavailable(m)) => unavailable = Some(m),
+                Err(Refusal::Unsupported(m)) => unsupported = Some(m),
+                Err(Refusal::Failed(e)) => return Err(ApiError::from_plugin(&e, retry_after)),
+            }
+        }
+        if let Some(m) = full {
+            return Err(ApiError::overloaded(m, retry_after));
+        }
+        if unavailable.is_none() {
+            if let Some(m) = unsupported {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "unsupported",
+                    m,
+                ));
+            }
+        }
+        // Only draining/stopped instances: a reload may have just swapped the table.
+        if let Some(m) = unavailable {
+            if runtime.current().id == generation.id {
+                return Err(ApiError::unavailable(m));
+            }
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "model `{model}` has no available instance"
+    )))
+}

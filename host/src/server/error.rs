@@ -1,0 +1,138 @@
+//! Errors in OpenAI's JSON shape: `{"error": {"message", "type", "param", "code"}}`.
+
+use axum::{
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde_json::json;
+use switchyard_plugin_api::{ErrorKind, PluginError};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub message: String,
+    pub param: Option<String>,
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message: message.into(),
+            param: None,
+            retry_after: None,
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_request",
+            message,
+        )
+    }
+    pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            param: Some(param.into()),
+            ..Self::invalid(message)
+        }
+    }
+    pub fn not_found_model(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            message,
+        )
+    }
+    pub fn overloaded(message: impl Into<String>, retry_after: u32) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "overloaded",
+                message,
+            )
+        }
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "unavailable",
+            message,
+        )
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal_error",
+            message,
+        )
+    }
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "invalid_api_key",
+            "admin endpoints need a valid bearer token",
+        )
+    }
+
+    pub fn from_plugin(error: &PluginError, retry_after: u32) -> Self {
+        let message = error.message.to_string();
+        match error.kind {
+            ErrorKind::InvalidRequest => Self::invalid(message),
+            ErrorKind::Unsupported => Self::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "unsupported",
+                message,
+            ),
+            ErrorKind::Overloaded => Self::overloaded(message, retry_after),
+            ErrorKind::Unavailable => Self::unavailable(message),
+            ErrorKind::Cancelled => Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "server_error",
+                "cancelled",
+                message,
+            ),
+            ErrorKind::Panic => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "plugin_panic",
+                message,
+            ),
+            ErrorKind::Internal | ErrorKind::InvalidSettings => Self::internal(message),
+        }
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}

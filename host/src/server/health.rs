@@ -1,0 +1,72 @@
+//! `/health` (the process is up), `/ready` (every configured instance is ready), `/metrics`,
+//! and `/v1/models`.
+
+use super::chat::unix_now;
+use crate::{instance::InstanceState, runtime::Runtime};
+use axum::{
+    extract::State,
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde_json::json;
+use std::sync::Arc;
+
+pub async fn health() -> &'static str {
+    "ok"
+}
+
+pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
+    let generation = runtime.current();
+    let states: serde_json::Map<String, serde_json::Value> = generation
+        .instances()
+        .map(|i| {
+            (
+                i.name.clone(),
+                json!({"state": i.state(), "plugin": i.plugin_label()}),
+            )
+        })
+        .collect();
+    let configured = generation.config.models.len();
+    let all_ready = configured > 0
+        && states.len() == configured
+        && generation
+            .instances()
+            .all(|i| i.state() == InstanceState::Ready);
+    let status = if all_ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({"ready": all_ready, "generation": generation.id, "instances": states})),
+    )
+        .into_response()
+}
+
+pub async fn metrics(State(runtime): State<Arc<Runtime>>) -> Response {
+    let text = runtime.metrics.render(&runtime);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+pub async fn models(State(runtime): State<Arc<Runtime>>) -> Json<serde_json::Value> {
+    let generation = runtime.current();
+    let created = unix_now();
+    let data: Vec<_> = generation
+        .config
+        .public_model_names()
+        .into_iter()
+        .map(
+            |id| json!({"id": id, "object": "model", "created": created, "owned_by": "switchyard"}),
+        )
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}

@@ -1,0 +1,266 @@
+//! OpenAI request bodies and their translation into plugin requests.
+
+use super::error::ApiError;
+use abi_stable::std_types::{ROption, RString, RVec};
+use base64::Engine;
+use serde::Deserialize;
+use switchyard_plugin_api::{Endpoint, Message, Part, Request, Role, SamplingParams};
+
+/// `POST /v1/chat/completions`. Unknown fields are accepted and ignored, as OpenAI clients send
+/// many optional ones.
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    pub max_tokens: Option<u32>,
+    pub max_completion_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// Not in OpenAI's API, but common in compatible servers.
+    pub top_k: Option<u32>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type")]
+pub enum ContentPart {
+    #[serde(rename = "text")]
+    Text { text: String },
+    #[serde(rename = "image_url")]
+    ImageUrl { image_url: ImageUrl },
+    #[serde(rename = "input_audio")]
+    InputAudio { input_audio: InputAudio },
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ImageUrl {
+    pub url: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct InputAudio {
+    pub data: String,
+    #[serde(default)]
+    pub format: String,
+}
+
+impl ChatRequest {
+    pub fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage)
+    }
+
+    /// Builds the plugin request, decoding media; errors name the offending field.
+    pub fn to_plugin(&self, id: u64) -> Result<Request, ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
+        }
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "at least one message is required",
+            ));
+        }
+        let mut messages = Vec::with_capacity(self.messages.len());
+        for (i, message) in self.messages.iter().enumerate() {
+            let role = match message.role.as_str() {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                other => {
+                    return Err(ApiError::invalid_param(
+                        format!("messages[{i}].role"),
+                        format!(
+                            "role {other:?} is not supported (system, developer, user, assistant)"
+                        ),
+                    ))
+                }
+            };
+            let mut parts = Vec::new();
+            match &message.content {
+                None => {}
+                Some(Content::Text(text)) => parts.push(Part::Text(text.as_str().into())),
+                Some(Content::Parts(list)) => {
+                    for (j, part) in list.iter().enumerate() {
+                        let param = format!("messages[{i}].content[{j}]");
+                        parts.push(match part {
+                            ContentPart::Text { text } => Part::Text(text.as_str().into()),
+                            ContentPart::ImageUrl { image_url } => {
+                                Part::Image(decode_data_uri(&image_url.url, &param)?.into())
+                            }
+                            ContentPart::InputAudio { input_audio } => Part::Audio {
+                                data: decode_base64(&input_audio.data, &param)?.into(),
+                                format: input_audio.format.as_str().into(),
+                            },
+                        });
+                    }
+                }
+            }
+            if role != Role::User && parts.iter().any(|p| !matches!(p, Part::Text(_))) {
+                return Err(ApiError::invalid_param(
+                    format!("messages[{i}].content"),
+                    "images and audio are accepted in user messages only",
+                ));
+            }
+            messages.push(Message {
+                role,
+                parts: RVec::from(parts),
+            });
+        }
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::invalid_param(
+                "temperature",
+                "must be between 0 and 2",
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid_param("top_p", "must be in (0, 1]"));
+        }
+        let stop: Vec<RString> = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.as_str().into()],
+            Some(Stop::Many(v)) => v.iter().map(|s| s.as_str().into()).collect(),
+        };
+        Ok(Request {
+            id,
+            endpoint: Endpoint::Chat,
+            messages: messages.into(),
+            sampling: SamplingParams {
+                max_tokens: self
+                    .max_completion_tokens
+                    .or(self.max_tokens)
+                    .map_or(ROption::RNone, ROption::RSome),
+                temperature,
+                top_p,
+                top_k: self.top_k.unwrap_or(0),
+                seed: self.seed.map_or(ROption::RNone, ROption::RSome),
+            },
+            stop: stop.into(),
+            deadline_unix_ms: ROption::RNone,
+        })
+    }
+}
+
+/// `data:[<mime>][;base64],<payload>`. Only base64 payloads are meaningful for media; remote URLs
+/// are refused because the server fetches nothing on a client's behalf.
+fn decode_data_uri(url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
+    let Some(rest) = url.strip_prefix("data:") else {
+        return Err(ApiError::invalid_param(
+            param,
+            "image_url must be a data: URI (data:image/png;base64,...); remote URLs are not fetched",
+        ));
+    };
+    let Some((meta, payload)) = rest.split_once(',') else {
+        return Err(ApiError::invalid_param(
+            param,
+            "malformed data: URI (no comma)",
+        ));
+    };
+    if !meta.ends_with(";base64") {
+        return Err(ApiError::invalid_param(
+            param,
+            "data: URI must be base64-encoded",
+        ));
+    }
+    decode_base64(payload, param)
+}
+
+fn decode_base64(payload: &str, param: &str) -> Result<Vec<u8>, ApiError> {
+    let trimmed: String = payload
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(trimmed.as_bytes())
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(trimmed.as_bytes()))
+        .map_err(|e| ApiError::invalid_param(param, format!("invalid base64: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Request, ApiError> {
+        serde_json::from_str::<ChatRequest>(json)
+            .unwrap()
+            .to_plugin(7)
+    }
+
+    #[test]
+    fn media_parts_are_decoded_in_order() {
+        let req = parse(
+            r#"{"model":"m","messages":[{"role":"user","content":[
+                {"type":"text","text":"look"},
+                {"type":"image_url","image_url":{"url":"data:image/png;base64,AAEC"}},
+                {"type":"input_audio","input_audio":{"data":"AwQ=","format":"wav"}}]}]}"#,
+        )
+        .unwrap();
+        let parts = &req.messages[0].parts;
+        assert_eq!(parts[0], Part::Text("look".into()));
+        assert_eq!(parts[1], Part::Image(vec![0u8, 1, 2].into()));
+        assert_eq!(
+            parts[2],
+            Part::Audio {
+                data: vec![3u8, 4].into(),
+                format: "wav".into()
+            }
+        );
+        assert_eq!(req.modality(), switchyard_plugin_api::Modality::ImageAudio);
+    }
+
+    #[test]
+    fn remote_urls_and_bad_base64_name_the_part() {
+        let err = parse(r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("messages[0].content[0]"));
+        let err = parse(r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"input_audio","input_audio":{"data":"%%%","format":"wav"}}]}]}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("messages[0].content[1]"));
+    }
+
+    #[test]
+    fn sampling_fields_map_and_are_checked() {
+        let req = parse(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stop":"x","temperature":0}"#).unwrap();
+        assert_eq!(req.sampling.max_tokens, ROption::RSome(5));
+        assert_eq!(req.stop.len(), 1);
+        assert!(parse(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":9}"#
+        )
+        .is_err());
+        assert!(parse(r#"{"model":"m","messages":[{"role":"tool","content":"hi"}]}"#).is_err());
+    }
+}

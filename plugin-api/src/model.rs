@@ -1,0 +1,87 @@
+use crate::{error::PluginError, event::EventSinkBox, request::Request, stats::ModelStats};
+use abi_stable::{sabi_trait, std_types::RResult};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// A model instance as the host sees it, across the ABI. Plugins do not implement this directly:
+/// they implement [`PluginModel`], which [`crate::export_plugin!`] wraps so that no panic crosses
+/// the boundary.
+#[sabi_trait]
+pub trait Model: Send + Sync {
+    /// Prepares the instance to serve (loads, compiles, runs a tiny request). Called once by the
+    /// host before the instance receives traffic; a failure aborts the (re)load.
+    fn warm(&self) -> RResult<(), PluginError>;
+
+    /// Admits a request. Events go to `sink`. Returns an error (and sends no event) when the
+    /// request is refused at admission; once `Ok` is returned, exactly one `Finished` or `Failed`
+    /// event will follow.
+    fn submit(&self, request: Request, sink: EventSinkBox) -> RResult<(), PluginError>;
+
+    /// Cancels a request wherever it is (queue or slot). Returns whether it was found.
+    fn cancel(&self, request_id: u64) -> bool;
+
+    fn stats(&self) -> ModelStats;
+
+    /// Stops admitting requests; the ones already admitted run to completion.
+    fn drain(&self);
+
+    /// Cancels everything still running and stops the instance's threads. Called once, last.
+    #[sabi(last_prefix_field)]
+    fn shutdown(&self);
+}
+
+/// An owned, FFI-safe model instance.
+pub type ModelBox = Model_TO<'static, abi_stable::std_types::RBox<()>>;
+
+/// What a plugin author implements for a model instance: plain Rust, no FFI types beyond the
+/// request and event values.
+pub trait PluginModel: Send + Sync + 'static {
+    fn warm(&self) -> Result<(), PluginError> {
+        Ok(())
+    }
+    fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError>;
+    fn cancel(&self, request_id: u64) -> bool;
+    fn stats(&self) -> ModelStats;
+    fn drain(&self);
+    fn shutdown(&self);
+}
+
+/// Wraps a [`PluginModel`] so that every call catches panics. A panic in `submit` or `warm`
+/// becomes an error of kind `Panic`; in the other calls it becomes a neutral answer, because the
+/// host cannot do anything better with it and the process must keep serving.
+pub(crate) struct Guarded<M>(pub(crate) M);
+
+impl<M: PluginModel> Model for Guarded<M> {
+    fn warm(&self) -> RResult<(), PluginError> {
+        catch_unwind(AssertUnwindSafe(|| self.0.warm()))
+            .unwrap_or_else(|p| Err(PluginError::from_panic("warm", p)))
+            .into()
+    }
+
+    fn submit(&self, request: Request, sink: EventSinkBox) -> RResult<(), PluginError> {
+        catch_unwind(AssertUnwindSafe(|| self.0.submit(request, sink)))
+            .unwrap_or_else(|p| Err(PluginError::from_panic("submit", p)))
+            .into()
+    }
+
+    fn cancel(&self, request_id: u64) -> bool {
+        catch_unwind(AssertUnwindSafe(|| self.0.cancel(request_id))).unwrap_or(false)
+    }
+
+    fn stats(&self) -> ModelStats {
+        catch_unwind(AssertUnwindSafe(|| self.0.stats())).unwrap_or_default()
+    }
+
+    fn drain(&self) {
+        let _ = catch_unwind(AssertUnwindSafe(|| self.0.drain()));
+    }
+
+    fn shutdown(&self) {
+        let _ = catch_unwind(AssertUnwindSafe(|| self.0.shutdown()));
+    }
+}
+
+impl<M: PluginModel> Guarded<M> {
+    pub(crate) fn boxed(model: M) -> ModelBox {
+        Model_TO::from_value(Guarded(model), abi_stable::sabi_trait::TD_Opaque)
+    }
+}

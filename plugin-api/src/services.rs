@@ -1,0 +1,92 @@
+use abi_stable::{
+    std_types::{RStr, RString},
+    StableAbi,
+};
+use serde::de::DeserializeOwned;
+
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+/// What the host offers a model instance.
+#[repr(C)]
+#[derive(StableAbi, Clone)]
+pub struct HostServices {
+    /// Writes one log record into the host's `tracing` output: (level, target, message).
+    pub log: extern "C" fn(LogLevel, RStr<'_>, RStr<'_>),
+    /// A directory the instance may use for caches (created by the host, persistent).
+    pub cache_dir: RString,
+    /// How many threads the instance should use for compute.
+    pub thread_budget: u32,
+    /// The instance name from the host configuration (for log messages).
+    pub instance_name: RString,
+}
+
+impl HostServices {
+    pub fn log(&self, level: LogLevel, message: &str) {
+        (self.log)(
+            level,
+            RStr::from(self.instance_name.as_str()),
+            RStr::from(message),
+        );
+    }
+    pub fn info(&self, message: &str) {
+        self.log(LogLevel::Info, message)
+    }
+    pub fn warn(&self, message: &str) {
+        self.log(LogLevel::Warn, message)
+    }
+    pub fn error(&self, message: &str) {
+        self.log(LogLevel::Error, message)
+    }
+}
+
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettingsFormat {
+    Toml,
+    Json,
+}
+
+/// A plugin-specific settings table, as text.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct SettingsText {
+    pub format: SettingsFormat,
+    pub text: RString,
+}
+
+impl SettingsText {
+    pub fn json(text: impl Into<String>) -> Self {
+        Self {
+            format: SettingsFormat::Json,
+            text: RString::from(text.into()),
+        }
+    }
+    pub fn toml(text: impl Into<String>) -> Self {
+        Self {
+            format: SettingsFormat::Toml,
+            text: RString::from(text.into()),
+        }
+    }
+
+    /// Parses the settings into the plugin's own type. Empty text means an empty table.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        let text = self.text.as_str();
+        match self.format {
+            SettingsFormat::Json => {
+                let text = if text.trim().is_empty() { "{}" } else { text };
+                serde_json::from_str(text).map_err(|e| format!("settings (JSON): {e}"))
+            }
+            SettingsFormat::Toml => {
+                toml::from_str(text).map_err(|e| format!("settings (TOML): {e}"))
+            }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The OpenAI-compatible API of a real `switchyard serve` process, over loopback, with the real
+//! echo and mirror plugins.
+
+use base64::Engine as _;
+use serde_json::json;
+use switchyard_integration_tests::{plugin_lib, user, Server};
+
+fn config() -> String {
+    format!(
+        r#"
+[server]
+max_body_bytes = 65536
+[[plugins]]
+name = "echo"
+path = "{echo}"
+[[plugins]]
+name = "mirror"
+path = "{mirror}"
+[[models]]
+name = "echo-a"
+plugin = "echo"
+kind = "echo"
+max_in_flight = 4
+settings = {{ token_delay_ms = 20, slots = 4 }}
+[[models]]
+name = "mirror-a"
+plugin = "mirror"
+kind = "mirror"
+[[routes]]
+models = ["chat"]
+modalities = ["text"]
+backends = [{{ model = "echo-a" }}]
+[[routes]]
+models = ["chat"]
+backends = [{{ model = "mirror-a" }}]
+"#,
+        echo = plugin_lib("echo").display(),
+        mirror = plugin_lib("mirror").display()
+    )
+}
+
+#[tokio::test]
+async fn chat_non_streaming_and_streaming() {
+    let server = Server::start(&config()).await;
+
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("hello there world")}))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.content(), "hello there world");
+    assert_eq!(reply.body["object"], "chat.completion");
+    assert_eq!(reply.body["choices"][0]["finish_reason"], "stop");
+    assert_eq!(reply.body["usage"]["completion_tokens"], 3);
+    assert_eq!(reply.body["usage"]["total_tokens"], 6);
+    assert_eq!(reply.instance, "echo-a");
+    assert_eq!(reply.plugin, "echo@1.0.0");
+
+    let stream = server
+        .chat_stream(
+            json!({"model": "chat", "messages": user("one two three four"), "stream": true,
+                            "stream_options": {"include_usage": true}}),
+        )
+        .await;
+    assert_eq!(stream.status, 200);
+    assert!(stream.done, "no [DONE]: {}", stream.raw);
+    assert_eq!(stream.text(), "one two three four");
+    assert_eq!(stream.finish_reason().as_deref(), Some("stop"));
+    assert_eq!(stream.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(stream
+        .chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    let usage = stream.chunks.last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage["usage"]["completion_tokens"], 4);
+    assert!(stream.chunks[1]["usage"].is_null());
+
+    // max_tokens → finish_reason length; stop strings end early.
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("a b c d e"), "max_tokens": 2}))
+        .await;
+    assert_eq!(reply.content(), "a b");
+    assert_eq!(reply.body["choices"][0]["finish_reason"], "length");
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("a b STOP d e"), "stop": ["STOP"]}))
+        .await;
+    assert_eq!(reply.content(), "a b");
+}
+
+#[tokio::test]
+async fn media_requests_route_by_modality_and_transcriptions_work() {
+    let server = Server::start(&config()).await;
+    let png = base64::engine::general_purpose::STANDARD.encode([1u8; 10]);
+    let wav = base64::engine::general_purpose::STANDARD.encode([2u8; 7]);
+    let reply = server
+        .chat(
+            json!({"model": "chat", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "describe"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{png}")}},
+            {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}}]}]}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.instance, "mirror-a");
+    assert_eq!(reply.content(), "describe [image:10B] [audio:wav:7B]");
+
+    let form = reqwest::multipart::Form::new()
+        .text("model", "mirror-a")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(vec![0u8; 44]).file_name("clip.wav"),
+        );
+    let r = server
+        .http
+        .post(format!("{}/v1/audio/transcriptions", server.base))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["text"], "transcript: [audio:wav:44B]");
+
+    let form = reqwest::multipart::Form::new()
+        .text("model", "mirror-a")
+        .text("stream", "true")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(vec![0u8; 5]).file_name("a.mp3"),
+        );
+    let r = server
+        .http
+        .post(format!("{}/v1/audio/transcriptions", server.base))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    assert!(text.contains("transcript.text.delta"), "{text}");
+    assert!(
+        text.contains(r#""text":"transcript: [audio:mp3:5B]""#),
+        "{text}"
+    );
+
+    // The echo model serves no transcriptions: a clear 400.
+    let form = reqwest::multipart::Form::new()
+        .text("model", "echo-a")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(vec![0u8; 5]).file_name("a.wav"),
+        );
+    let r = server
+        .http
+        .post(format!("{}/v1/audio/transcriptions", server.base))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
+    let server = Server::start(&config()).await;
+    let post = |body: String| {
+        server
+            .http
+            .post(format!("{}/v1/chat/completions", server.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+
+    let r = post("{not json".into()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("invalid JSON"));
+
+    let big = json!({"model": "chat", "messages": user(&"x ".repeat(40_000))}).to_string();
+    let r = post(big).await.unwrap();
+    assert_eq!(r.status(), 413);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["error"]["message"].is_string());
+
+    let reply = server
+        .chat(json!({"model": "nope", "messages": user("x")}))
+        .await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.body["error"]["code"], "model_not_found");
+
+    // Malformed media: empty image (the plugin refuses), bad base64 (the host refuses).
+    let reply = server
+        .chat(
+            json!({"model": "chat", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,"}}]}]}),
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    assert!(reply.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("empty image"));
+    let reply = server
+        .chat(
+            json!({"model": "chat", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}]}]}),
+        )
+        .await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.body["error"]["param"], "messages[0].content[0]");
+
+    // A panic inside the plugin's submit and inside its worker thread.
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("please #panic now")}))
+        .await;
+    assert_eq!(reply.status, 500);
+    assert_eq!(reply.body["error"]["code"], "plugin_panic");
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("a #panic-worker b c")}))
+        .await;
+    assert_eq!(reply.status, 500);
+    assert!(reply.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("worker"));
+    let stream = server
+        .chat_stream(json!({"model": "chat", "messages": user("x #fail y"), "stream": true}))
+        .await;
+    assert!(!stream.done, "a failed stream must not end with [DONE]");
+    assert!(stream
+        .chunks
+        .iter()
+        .any(|c| c["error"]["message"].is_string()));
+
+    // Still serving.
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("still here")}))
+        .await;
+    assert_eq!(reply.content(), "still here");
+    assert_eq!(server.status().await["instances"][0]["in_flight"], 0);
+}
+
+#[tokio::test]
+async fn health_ready_models_and_metrics() {
+    let server = Server::start(&config()).await;
+    let get = |path: &str| server.http.get(format!("{}{path}", server.base)).send();
+    assert_eq!(get("/health").await.unwrap().text().await.unwrap(), "ok");
+    let ready: serde_json::Value = get("/ready").await.unwrap().json().await.unwrap();
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["instances"]["echo-a"]["state"], "ready");
+    let models: serde_json::Value = get("/v1/models").await.unwrap().json().await.unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["chat", "echo-a", "mirror-a"]);
+
+    server
+        .chat(json!({"model": "chat", "messages": user("m e t r i c s")}))
+        .await;
+    let metrics = server.metrics().await;
+    for needle in [
+        "switchyard_requests_total{instance=\"echo-a\",plugin_version=\"1.0.0\",model=\"chat\",endpoint=\"chat\",status=\"200\"} 1",
+        "switchyard_time_to_first_token_seconds_count{instance=\"echo-a\",plugin_version=\"1.0.0\"} 1",
+        "switchyard_request_duration_seconds_bucket",
+        "switchyard_in_flight{instance=\"echo-a\",plugin=\"echo\",plugin_version=\"1.0.0\"} 0",
+        "switchyard_queue_depth",
+        "switchyard_retired_libraries 0",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from:\n{metrics}");
+    }
+    // Admin endpoints are not on the public listener without a token.
+    assert_eq!(get("/admin/status").await.unwrap().status(), 404);
+}

@@ -1,0 +1,479 @@
+//! An echo model for tests and the demo: streams the text of the request back, one word per
+//! token. Settings (all optional):
+//!
+//! | key | default | meaning |
+//! | --- | --- | --- |
+//! | `token_delay_ms` | 0 | pause before each token |
+//! | `slots` | 8 | requests computed at once |
+//! | `queue` | 64 | requests admitted beyond the slots; more are refused (`Overloaded`) |
+//! | `label` | "" | a version string of the instance, shown in tagged tokens |
+//! | `tag_tokens` | false | prefix every token with `[plugin@version/label]` |
+//! | `fail_on_create` / `panic_on_create` | false | model creation fails / panics |
+//! | `fail_on_warm` | false | warm-up fails |
+//! | `inline` | false | answer inside `submit` on the caller's thread (measures the bare ABI cost) |
+//!
+//! Requests whose text contains `#fail` fail after their first token; `#panic` panics inside
+//! `submit`; `#panic-worker` panics on the worker thread after the first token. These exist so
+//! tests can prove that the host keeps serving.
+
+use serde::Deserialize;
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Condvar, Mutex,
+    },
+    thread,
+    time::Duration,
+};
+use switchyard_plugin_api::{
+    abi_stable::std_types::RString, AdapterRows, Endpoint, Event, EventSinkBox, FinishReason,
+    HostServices, Modality, ModelKindInfo, ModelStats, Part, PluginError, PluginManifest,
+    PluginModel, Request, SettingsText, Usage, API_VERSION,
+};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EchoSettings {
+    #[serde(default)]
+    pub token_delay_ms: u64,
+    #[serde(default = "default_slots")]
+    pub slots: u32,
+    #[serde(default = "default_queue")]
+    pub queue: u32,
+    #[serde(default)]
+    pub label: String,
+    #[serde(default)]
+    pub tag_tokens: bool,
+    #[serde(default)]
+    pub fail_on_create: bool,
+    #[serde(default)]
+    pub panic_on_create: bool,
+    #[serde(default)]
+    pub fail_on_warm: bool,
+    #[serde(default)]
+    pub inline: bool,
+}
+
+fn default_slots() -> u32 {
+    8
+}
+fn default_queue() -> u32 {
+    64
+}
+
+/// Which plugin this build is: the identity goes into the manifest and into tagged tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct Flavour {
+    pub plugin: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// Accepts images and audio (describing them) and serves transcriptions.
+    pub media: bool,
+}
+
+pub fn manifest(flavour: Flavour) -> PluginManifest {
+    let (chat, transcription) = if flavour.media {
+        (Modality::ALL.to_vec(), vec![Modality::Audio])
+    } else {
+        (vec![Modality::Text], vec![])
+    };
+    PluginManifest {
+        name: flavour.plugin.into(),
+        version: flavour.version.into(),
+        build_id: format!("{}-{}", flavour.plugin, flavour.version).into(),
+        api_version: API_VERSION,
+        models: vec![ModelKindInfo {
+            kind: flavour.kind.into(),
+            chat_modalities: chat.into(),
+            transcription_modalities: transcription.into(),
+        }]
+        .into(),
+    }
+}
+
+pub fn create(
+    flavour: Flavour,
+    kind: &str,
+    settings: SettingsText,
+    services: HostServices,
+) -> Result<EchoModel, PluginError> {
+    if kind != flavour.kind {
+        return Err(PluginError::invalid_settings(format!(
+            "plugin {} has no model kind {kind:?} (it has {:?})",
+            flavour.plugin, flavour.kind
+        )));
+    }
+    let settings: EchoSettings = settings.parse().map_err(PluginError::invalid_settings)?;
+    if settings.panic_on_create {
+        panic!("panic_on_create is set");
+    }
+    if settings.fail_on_create {
+        return Err(PluginError::invalid_settings("fail_on_create is set"));
+    }
+    if settings.slots == 0 {
+        return Err(PluginError::invalid_settings("slots must be at least 1"));
+    }
+    services.info(&format!(
+        "echo model created: {} slots, queue {}, {} ms per token",
+        settings.slots, settings.queue, settings.token_delay_ms
+    ));
+    Ok(EchoModel {
+        flavour,
+        settings,
+        shared: Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            slot_freed: Condvar::new(),
+        }),
+    })
+}
+
+pub struct EchoModel {
+    flavour: Flavour,
+    settings: EchoSettings,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    slot_freed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Cancel flags of admitted requests (queued or running).
+    requests: HashMap<u64, Arc<AtomicBool>>,
+    workers: HashMap<u64, thread::JoinHandle<()>>,
+    running: u32,
+    draining: bool,
+}
+
+impl State {
+    fn queued(&self) -> u32 {
+        self.requests.len() as u32 - self.running
+    }
+}
+
+impl PluginModel for EchoModel {
+    fn warm(&self) -> Result<(), PluginError> {
+        if self.settings.fail_on_warm {
+            return Err(PluginError::internal("fail_on_warm is set"));
+        }
+        Ok(())
+    }
+
+    fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
+        let words = self.words_of(&request)?;
+        if words
+            .iter()
+            .any(|w| w.contains("#panic") && !w.contains("#panic-worker"))
+        {
+            panic!("the request asked for a panic");
+        }
+        if self.settings.inline {
+            return self.answer_inline(&words, &sink);
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut state = self.shared.state.lock().unwrap();
+        if state.draining {
+            return Err(PluginError::unavailable("instance is draining"));
+        }
+        if state.requests.len() as u32 >= self.settings.slots + self.settings.queue {
+            return Err(PluginError::overloaded(format!(
+                "{} requests admitted (slots {} + queue {})",
+                state.requests.len(),
+                self.settings.slots,
+                self.settings.queue
+            )));
+        }
+        state.requests.insert(request.id, cancel.clone());
+        let job = Job {
+            id: request.id,
+            words,
+            max_tokens: request.sampling.max_tokens.into_option(),
+            stop: request.stop.iter().map(|s| s.to_string()).collect(),
+            prefix: self.settings.tag_tokens.then(|| {
+                format!(
+                    "[{}@{}/{}]",
+                    self.flavour.plugin, self.flavour.version, self.settings.label
+                )
+            }),
+            delay: Duration::from_millis(self.settings.token_delay_ms),
+            slots: self.settings.slots,
+            cancel,
+            sink,
+            shared: self.shared.clone(),
+        };
+        let handle = thread::Builder::new()
+            .name(format!("echo-{}", request.id))
+            .spawn(move || job.run())
+            .map_err(|e| PluginError::internal(format!("cannot start worker: {e}")))?;
+        state.workers.insert(request.id, handle);
+        Ok(())
+    }
+
+    fn cancel(&self, request_id: u64) -> bool {
+        let state = self.shared.state.lock().unwrap();
+        match state.requests.get(&request_id) {
+            Some(flag) => {
+                flag.store(true, Ordering::SeqCst);
+                self.shared.slot_freed.notify_all();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn stats(&self) -> ModelStats {
+        let state = self.shared.state.lock().unwrap();
+        ModelStats {
+            running: state.running,
+            queued: state.queued(),
+            free_slots: self.settings.slots - state.running,
+            adapters: vec![AdapterRows {
+                adapter: "base".into(),
+                rows: state.running,
+            }]
+            .into(),
+            details_json: RString::from(format!(
+                "{{\"label\":{:?},\"draining\":{}}}",
+                self.settings.label, state.draining
+            )),
+        }
+    }
+
+    fn drain(&self) {
+        self.shared.state.lock().unwrap().draining = true;
+    }
+
+    fn shutdown(&self) {
+        let workers: Vec<_> = {
+            let mut state = self.shared.state.lock().unwrap();
+            state.draining = true;
+            for flag in state.requests.values() {
+                flag.store(true, Ordering::SeqCst);
+            }
+            state.workers.drain().map(|(_, h)| h).collect()
+        };
+        self.shared.slot_freed.notify_all();
+        for worker in workers {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl EchoModel {
+    /// The whole answer inside `submit`: no thread, no queue; what is left is the ABI and the
+    /// host's event channel.
+    fn answer_inline(&self, words: &[String], sink: &EventSinkBox) -> Result<(), PluginError> {
+        let prompt_tokens = words.len() as u32;
+        sink.send(Event::Started { prompt_tokens });
+        for (i, word) in words.iter().enumerate() {
+            let piece = if i == 0 {
+                word.clone()
+            } else {
+                format!(" {word}")
+            };
+            sink.send(Event::Token {
+                id: i as u32,
+                text: piece.into(),
+            });
+        }
+        let usage = Usage {
+            prompt_tokens,
+            completion_tokens: prompt_tokens,
+        };
+        sink.send(Event::Finished {
+            reason: FinishReason::Stop,
+            usage,
+        });
+        Ok(())
+    }
+
+    /// The tokens to stream: the words of the last user message, and a description of each
+    /// media part when this flavour accepts media.
+    fn words_of(&self, request: &Request) -> Result<Vec<String>, PluginError> {
+        let modality = request.modality();
+        let accepted = manifest(self.flavour).models[0].accepts(request.endpoint, modality);
+        if !accepted {
+            return Err(PluginError::new(
+                switchyard_plugin_api::ErrorKind::Unsupported,
+                format!(
+                    "{} does not serve {modality} on {:?}",
+                    self.flavour.plugin, request.endpoint
+                ),
+            ));
+        }
+        let message = request
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == switchyard_plugin_api::Role::User)
+            .ok_or_else(|| PluginError::invalid_request("no user message"))?;
+        let mut words = Vec::new();
+        if request.endpoint == Endpoint::Transcription {
+            words.push("transcript:".to_string());
+        }
+        for part in message.parts.iter() {
+            match part {
+                Part::Text(text) => words.extend(text.split_whitespace().map(str::to_string)),
+                Part::Image(bytes) if bytes.is_empty() => {
+                    return Err(PluginError::invalid_request("empty image"))
+                }
+                Part::Image(bytes) => words.push(format!("[image:{}B]", bytes.len())),
+                Part::Audio { data, .. } if data.is_empty() => {
+                    return Err(PluginError::invalid_request("empty audio clip"))
+                }
+                Part::Audio { data, format } => {
+                    words.push(format!("[audio:{format}:{}B]", data.len()))
+                }
+            }
+        }
+        Ok(words)
+    }
+}
+
+struct Job {
+    id: u64,
+    words: Vec<String>,
+    max_tokens: Option<u32>,
+    stop: Vec<String>,
+    prefix: Option<String>,
+    delay: Duration,
+    slots: u32,
+    cancel: Arc<AtomicBool>,
+    sink: EventSinkBox,
+    shared: Arc<Shared>,
+}
+
+impl Job {
+    fn run(self) {
+        if !self.wait_for_slot() {
+            self.sink.send(Event::Finished {
+                reason: FinishReason::Cancelled,
+                usage: Usage::default(),
+            });
+            self.release(false);
+            return;
+        }
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stream()));
+        if let Err(payload) = outcome {
+            // A worker must never die silently: the host waits for a terminal event.
+            self.sink.send(Event::Failed(PluginError::from_panic(
+                "echo worker",
+                payload,
+            )));
+        }
+        self.release(true);
+    }
+
+    /// Waits until a slot is free. Returns false when cancelled while queued.
+    fn wait_for_slot(&self) -> bool {
+        let mut state = self.shared.state.lock().unwrap();
+        while state.running >= self.slots {
+            if self.cancel.load(Ordering::SeqCst) {
+                return false;
+            }
+            state = self.shared.slot_freed.wait(state).unwrap();
+        }
+        if self.cancel.load(Ordering::SeqCst) {
+            return false;
+        }
+        state.running += 1;
+        true
+    }
+
+    fn release(&self, held_slot: bool) {
+        let mut state = self.shared.state.lock().unwrap();
+        if held_slot {
+            state.running -= 1;
+        }
+        state.requests.remove(&self.id);
+        // The handle of a finished worker is dropped (detached); shutdown joins the rest.
+        state.workers.remove(&self.id);
+        drop(state);
+        self.shared.slot_freed.notify_all();
+    }
+
+    fn stream(&self) {
+        let prompt_tokens = self.words.len() as u32;
+        if !self.sink.send(Event::Started { prompt_tokens }) {
+            return;
+        }
+        let limit = self.max_tokens.unwrap_or(u32::MAX) as usize;
+        let mut text = String::new();
+        let mut sent = 0u32;
+        for (i, word) in self.words.iter().enumerate() {
+            if i >= limit {
+                return self.finish(FinishReason::Length, prompt_tokens, sent);
+            }
+            if !self.delay.is_zero() {
+                thread::sleep(self.delay);
+            }
+            if self.cancel.load(Ordering::SeqCst) {
+                return self.finish(FinishReason::Cancelled, prompt_tokens, sent);
+            }
+            if i == 1 && self.words.iter().any(|w| w.contains("#panic-worker")) {
+                panic!("the request asked for a worker panic");
+            }
+            if i == 1 && self.words.iter().any(|w| w.contains("#fail")) {
+                self.sink.send(Event::Failed(PluginError::internal(
+                    "the request asked to fail",
+                )));
+                return;
+            }
+            let mut piece = if i == 0 {
+                word.clone()
+            } else {
+                format!(" {word}")
+            };
+            if let Some(prefix) = &self.prefix {
+                piece = format!("{}{prefix}{}", if i == 0 { "" } else { " " }, word);
+            }
+            text.push_str(&piece);
+            if self
+                .stop
+                .iter()
+                .any(|s| !s.is_empty() && text.contains(s.as_str()))
+            {
+                return self.finish(FinishReason::Stop, prompt_tokens, sent);
+            }
+            if !self.sink.send(Event::Token {
+                id: i as u32,
+                text: piece.into(),
+            }) {
+                return; // the client is gone; release() frees the slot
+            }
+            sent += 1;
+        }
+        self.finish(FinishReason::Stop, prompt_tokens, sent)
+    }
+
+    fn finish(&self, reason: FinishReason, prompt_tokens: u32, completion_tokens: u32) {
+        self.sink.send(Event::Finished {
+            reason,
+            usage: Usage {
+                prompt_tokens,
+                completion_tokens,
+            },
+        });
+    }
+}
+
+/// Exports a flavour of the echo plugin from a cdylib crate.
+#[macro_export]
+macro_rules! export_echo {
+    ($flavour:expr) => {
+        fn echo_manifest() -> switchyard_plugin_api::PluginManifest {
+            $crate::manifest($flavour)
+        }
+        fn echo_create(
+            kind: &str,
+            settings: switchyard_plugin_api::SettingsText,
+            services: switchyard_plugin_api::HostServices,
+        ) -> Result<$crate::EchoModel, switchyard_plugin_api::PluginError> {
+            $crate::create($flavour, kind, settings, services)
+        }
+        switchyard_plugin_api::export_plugin! { manifest: echo_manifest, create: echo_create }
+    };
+}

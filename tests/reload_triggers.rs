@@ -1,0 +1,92 @@
+//! The three reload triggers besides `POST /admin/reload`: SIGHUP, a watched config file; and the
+//! admin API on the main listener behind a bearer token.
+
+use serde_json::json;
+use std::time::Duration;
+use switchyard_integration_tests::{plugin_lib, user, Server};
+
+fn config(label: &str, server: &str) -> String {
+    format!(
+        "[server]\n{server}\n[[plugins]]\nname = \"echo\"\npath = \"{}\"\n[[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\nsettings = {{ label = \"{label}\", tag_tokens = true }}\n",
+        plugin_lib("echo").display()
+    )
+}
+
+async fn label_served(server: &Server) -> String {
+    let reply = server
+        .chat(json!({"model": "bot", "messages": user("x")}))
+        .await;
+    reply
+        .content()
+        .split('/')
+        .nth(1)
+        .and_then(|s| s.split(']').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn wait_for_label(server: &Server, label: &str) {
+    for _ in 0..200 {
+        if label_served(server).await == label {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("label {label} never served; log:\n{}", server.log());
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_config_file() {
+    let server = Server::start(&config("first", "")).await;
+    assert_eq!(label_served(&server).await, "first");
+    server.rewrite_config(&config("second", ""));
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for_label(&server, "second").await;
+    assert!(server.log().contains("SIGHUP: reloading the configuration"));
+}
+
+#[tokio::test]
+async fn a_watched_config_file_reloads_when_it_changes() {
+    let server = Server::start(&config("first", "watch_config = true")).await;
+    server.rewrite_config(&config("watched", "watch_config = true"));
+    wait_for_label(&server, "watched").await;
+    assert!(server.log().contains("config file changed: reloading"));
+}
+
+#[tokio::test]
+async fn admin_on_the_main_listener_needs_the_bearer_token() {
+    let token = "s3cret-token-0123456789";
+    let server = Server::start(&config("t", &format!("admin_token = \"{token}\""))).await;
+    let url = format!("{}/admin/status", server.base);
+    assert_eq!(server.http.get(&url).send().await.unwrap().status(), 401);
+    let wrong = server
+        .http
+        .get(&url)
+        .bearer_auth("s3cret-token-0123456780")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let body: serde_json::Value = wrong.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_api_key");
+    let ok = server
+        .http
+        .get(&url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let reload = server
+        .http
+        .post(format!("{}/admin/reload", server.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), 200);
+}

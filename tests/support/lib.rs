@@ -1,0 +1,406 @@
+//! Shared support for the integration tests: locate the built binary and plugin libraries, start
+//! a real `switchyard serve` process on loopback ports, and talk to it over HTTP.
+//!
+//! The binary and the plugins are built by `cargo build --workspace` (the README's test command
+//! runs it before `cargo test`).
+
+use std::{
+    io::Read,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `target/<profile>` of this build (the test executable lives in `target/<profile>/deps`).
+pub fn target_profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+fn built(path: PathBuf) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` before the tests (see README)",
+        path.display()
+    );
+    path
+}
+
+pub fn switchyard_bin() -> PathBuf {
+    built(target_profile_dir().join("switchyard"))
+}
+
+/// A fixture plugin library: `echo`, `echo_v2`, `mirror`, `incompatible`.
+pub fn plugin_lib(name: &str) -> PathBuf {
+    built(target_profile_dir().join(format!("libswitchyard_plugin_{name}.so")))
+}
+
+/// A fresh private directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `switchyard serve` process.
+pub struct Server {
+    child: Option<Child>,
+    pub base: String,
+    pub admin: String,
+    pub dir: TempDir,
+    pub config_path: PathBuf,
+    pub http: reqwest::Client,
+}
+
+impl Server {
+    /// Writes `config` (TOML; `{dir}` is replaced by the temp dir) and starts the server.
+    /// Waits until `/ready` answers 200, or panics with the server's stderr.
+    pub async fn start(config: &str) -> Self {
+        Self::start_in(TempDir::new("server"), config).await
+    }
+
+    pub async fn start_in(dir: TempDir, config: &str) -> Self {
+        let config_path = dir.path().join("switchyard.toml");
+        std::fs::write(
+            &config_path,
+            config.replace("{dir}", &dir.path().display().to_string()),
+        )
+        .unwrap();
+        let (port, admin_port) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new(switchyard_bin())
+            .args(["serve", "--config"])
+            .arg(&config_path)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin_port}"),
+            ])
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn switchyard");
+        let server = Self {
+            child: Some(child),
+            base: format!("http://127.0.0.1:{port}"),
+            admin: format!("http://127.0.0.1:{admin_port}"),
+            dir,
+            config_path,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap(),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            if let Ok(r) = self.http.get(format!("{}/ready", self.base)).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("server did not become ready; log:\n{}", self.log());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.path().join("server.log")) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    pub fn rewrite_config(&self, config: &str) {
+        let tmp = self.config_path.with_extension("tmp");
+        std::fs::write(
+            &tmp,
+            config.replace("{dir}", &self.dir.path().display().to_string()),
+        )
+        .unwrap();
+        std::fs::rename(tmp, &self.config_path).unwrap();
+    }
+
+    pub async fn reload(&self) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .post(format!("{}/admin/reload", self.admin))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap())
+    }
+
+    pub async fn status(&self) -> serde_json::Value {
+        self.http
+            .get(format!("{}/admin/status", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Non-streaming chat: (status, served-by plugin header, body).
+    pub async fn chat(&self, body: serde_json::Value) -> ChatReply {
+        self.chat_with(body, &[]).await
+    }
+
+    pub async fn chat_with(&self, body: serde_json::Value, headers: &[(&str, &str)]) -> ChatReply {
+        let mut req = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (instance, plugin, retry_after) = (
+            header("x-switchyard-instance"),
+            header("x-switchyard-plugin"),
+            header("retry-after"),
+        );
+        let body = r.json().await.unwrap_or(serde_json::Value::Null);
+        ChatReply {
+            status,
+            instance,
+            plugin,
+            retry_after,
+            body,
+        }
+    }
+
+    /// Streaming chat, read to the end.
+    pub async fn chat_stream(&self, body: serde_json::Value) -> StreamReply {
+        use futures_util::StreamExt;
+        let r = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let plugin = r
+            .headers()
+            .get("x-switchyard-plugin")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let mut raw = String::new();
+        let mut stream = r.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(bytes) => raw.push_str(&String::from_utf8_lossy(&bytes)),
+                Err(e) => {
+                    raw.push_str(&format!("\n<transport error: {e}>"));
+                    break;
+                }
+            }
+        }
+        StreamReply::parse(status, plugin, raw)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGTERM first so the server drains and removes its shadow directory.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ChatReply {
+    pub status: u16,
+    pub instance: String,
+    pub plugin: String,
+    pub retry_after: String,
+    pub body: serde_json::Value,
+}
+
+impl ChatReply {
+    pub fn content(&self) -> &str {
+        self.body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug)]
+pub struct StreamReply {
+    pub status: u16,
+    pub plugin: String,
+    pub chunks: Vec<serde_json::Value>,
+    pub done: bool,
+    pub raw: String,
+}
+
+impl StreamReply {
+    fn parse(status: u16, plugin: String, raw: String) -> Self {
+        let mut chunks = Vec::new();
+        let mut done = false;
+        for line in raw.lines() {
+            let Some(data) = line.strip_prefix("data: ") else {
+                continue;
+            };
+            if data == "[DONE]" {
+                done = true;
+            } else if let Ok(v) = serde_json::from_str(data) {
+                chunks.push(v);
+            }
+        }
+        Self {
+            status,
+            plugin,
+            chunks,
+            done,
+            raw,
+        }
+    }
+
+    /// The concatenated content deltas.
+    pub fn text(&self) -> String {
+        self.chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect()
+    }
+
+    pub fn finish_reason(&self) -> Option<String> {
+        self.chunks.iter().find_map(|c| {
+            c["choices"][0]["finish_reason"]
+                .as_str()
+                .map(str::to_string)
+        })
+    }
+}
+
+pub fn user(text: &str) -> serde_json::Value {
+    serde_json::json!([{"role": "user", "content": text}])
+}
+
+/// Replaces the section between `<!-- {name}:start -->` and `<!-- {name}:end -->` in
+/// `docs/benchmarks.md` (appending it when absent), so each benchmark owns its own section.
+pub fn write_benchmark_section(name: &str, body: &str) -> std::io::Result<()> {
+    let path = workspace_root().join("docs/benchmarks.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n".into());
+    let (start, end) = (
+        format!("<!-- {name}:start -->"),
+        format!("<!-- {name}:end -->"),
+    );
+    let section = format!("{start}\n{}\n{end}", body.trim_end());
+    let updated = match (text.find(&start), text.find(&end)) {
+        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &text[..a], &text[b + end.len()..]),
+        _ => format!("{}\n{section}\n", text.trim_end()),
+    };
+    std::fs::write(path, updated)
+}
+
+/// One line naming this machine: CPU model, cores, memory.
+pub fn machine_description() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_gib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    format!("{model}, {cores} cores, {mem_gib:.0} GiB")
+}

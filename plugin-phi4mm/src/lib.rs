@@ -8,7 +8,8 @@
 
 pub mod audio;
 pub mod checkpoint;
+pub mod image;
 pub mod limits;
 pub mod model;
-pub mod image;
 pub mod prompt;
+pub mod request;

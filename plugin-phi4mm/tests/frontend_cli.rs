@@ -4,7 +4,7 @@
 mod common;
 
 use common::{max_abs_diff, Tensors};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn phi4mm(args: &[&str]) -> Output {
@@ -32,7 +32,7 @@ fn ok(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-fn open_abs(path: &PathBuf) -> Tensors {
+fn open_abs(path: &Path) -> Tensors {
     // Tensors::open takes a fixture-relative path; an absolute path joins to itself.
     Tensors::open(path.to_str().unwrap())
 }

@@ -200,3 +200,133 @@ fn audio_speech_from_wav() {
 fn audio_long_speech_from_wav() {
     run_case_from_wav("audio_long_speech", "audio_long_16k.wav");
 }
+
+/// The `chat_*` cases from their messages: tokenizer, chat template, placeholder binding and
+/// expansion through the front end, media from the PNG / WAV files, then the model.
+fn run_chat_case(layout_dir: &str, case: &str) {
+    use switchyard_phi4mm::prompt::{ContentPart, Message, Prompt, Role};
+    let model = model(layout_dir);
+    let m = &manifest()["model_cases"]["cases"][case];
+    let mut messages: Vec<Message> =
+        serde_json::from_value(m["text_driven"]["messages"].clone()).unwrap();
+    let last_user = messages
+        .iter_mut()
+        .rev()
+        .find(|msg| msg.role == Role::User)
+        .unwrap();
+    for img in m["images"].as_array().unwrap() {
+        let path = fixture().join(format!("inputs/{}.png", img["name"].as_str().unwrap()));
+        last_user.content.push(ContentPart::Image {
+            bytes: std::fs::read(path).unwrap(),
+        });
+    }
+    for clip in m["audios"].as_array().unwrap() {
+        let path = fixture().join(format!("inputs/{}.wav", clip.as_str().unwrap()));
+        last_user.content.push(ContentPart::Audio {
+            bytes: std::fs::read(path).unwrap(),
+        });
+    }
+    let prompt = Prompt::load(&fixture().join(layout_dir)).unwrap();
+    let input = switchyard_phi4mm::request::from_messages(
+        model,
+        &prompt,
+        &messages,
+        &switchyard_phi4mm::limits::Limits::default(),
+        AdapterChoice::Auto,
+    )
+    .expect("request");
+    let want_ids: Vec<u32> = model_cases()
+        .i64(&format!("{case}.input_ids"))
+        .iter()
+        .map(|&i| i as u32)
+        .collect();
+    assert_eq!(
+        input.input_ids, want_ids,
+        "{case}: input_ids from the messages"
+    );
+    let prepared = model.prepare(&input, 8).expect("valid input");
+    let out = model.generate(&prepared, 8, &[]);
+    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
+    assert_close(
+        &format!("{case} chat logits_first"),
+        &out.logits_first,
+        &want_logits,
+        1e-4,
+        1e-4,
+    );
+    let want: Vec<u32> = model_cases()
+        .i64(&format!("{case}.greedy_tokens"))
+        .iter()
+        .map(|&i| i as u32)
+        .collect();
+    assert_eq!(out.tokens, want, "{case} ({layout_dir}) from messages");
+    let text = prompt.tokenizer().decode(&out.tokens, true).unwrap();
+    assert_eq!(
+        text,
+        m["text_driven"]["greedy_text"].as_str().unwrap(),
+        "{case}: decoded text"
+    );
+}
+
+macro_rules! chat_cases {
+    ($($name:ident),* $(,)?) => {
+        mod chat_from_messages {
+            $(#[test] fn $name() {
+                super::run_chat_case("model", stringify!($name));
+                super::run_chat_case("model-original", stringify!($name));
+            })*
+        }
+    };
+}
+
+chat_cases!(
+    chat_text,
+    chat_image_text,
+    chat_audio_text,
+    chat_image_audio_text
+);
+
+/// The id-driven image cases with pixels from the PNG files through the image front end.
+fn run_case_from_png(case: &str) {
+    let model = model("model");
+    let m = &manifest()["model_cases"]["cases"][case];
+    let mut input = case_input(case);
+    input.images = m["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let bytes = std::fs::read(
+                fixture().join(format!("inputs/{}.png", i["name"].as_str().unwrap())),
+            )
+            .unwrap();
+            switchyard_phi4mm::request::image_input(&bytes, &Default::default()).unwrap()
+        })
+        .collect();
+    let prepared = model.prepare(&input, 8).expect("valid input");
+    let out = model.generate(&prepared, 8, &[]);
+    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
+    assert_close(
+        &format!("{case} from png"),
+        &out.logits_first,
+        &want_logits,
+        1e-4,
+        1e-4,
+    );
+    let want: Vec<u32> = model_cases()
+        .i64(&format!("{case}.greedy_tokens"))
+        .iter()
+        .map(|&i| i as u32)
+        .collect();
+    assert_eq!(out.tokens, want, "{case} from png");
+}
+
+#[test]
+fn image_vision_from_png() {
+    run_case_from_png("image_vision");
+}
+
+#[test]
+fn image2_vision_from_png() {
+    run_case_from_png("image2_vision");
+}

@@ -105,3 +105,46 @@ fn generate_refuses_placeholder_mismatch() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("placeholder"), "{err}");
 }
+
+#[test]
+fn generate_from_messages_with_image_and_audio() {
+    let case = "chat_image_audio_text";
+    let m = &manifest()["model_cases"]["cases"][case];
+    let tmp = tempfile::tempdir().unwrap();
+    let messages = tmp.path().join("messages.json");
+    std::fs::write(&messages, m["text_driven"]["messages"].to_string()).unwrap();
+    let (line, _) = generate(&[
+        "--model",
+        fixture().join("model").to_str().unwrap(),
+        "--messages",
+        messages.to_str().unwrap(),
+        "--image",
+        fixture().join("inputs/img_small.png").to_str().unwrap(),
+        "--audio",
+        fixture().join("inputs/audio_16k.wav").to_str().unwrap(),
+        "--max-new-tokens",
+        "8",
+        "--ignore-eos",
+    ]);
+    assert_eq!(line["tokens"], want_tokens(case));
+    assert_eq!(line["prompt_tokens"], 559);
+    assert_eq!(line["text"], m["text_driven"]["greedy_text"]);
+}
+
+#[test]
+fn generate_from_prompt_with_image_stops_at_eos_by_default() {
+    let (line, _) = generate(&[
+        "--model",
+        fixture().join("model-original").to_str().unwrap(),
+        "--prompt",
+        "<|image_1|>What is shown here?",
+        "--image",
+        fixture().join("inputs/img_wide.png").to_str().unwrap(),
+        "--max-new-tokens",
+        "5",
+    ]);
+    let tokens = line["tokens"].as_array().unwrap();
+    assert!(!tokens.is_empty() && tokens.len() <= 5);
+    // <|user|> + 669 image rows + the question + <|end|><|assistant|>.
+    assert!(line["prompt_tokens"].as_u64().unwrap() > 669);
+}

@@ -33,13 +33,13 @@ fn public_vector_transcribes_example_wav() {
     assert_eq!(feats.num_tokens, 44, "audio rows");
     // Spot values of the published features.
     for (i, want) in [
-        (0, 7.4316354f32),
+        (0, 7.4316354f64),
         (10, 4.5914502),
         (80 + 10, 4.869408),
         (350 * 80 + 79, 8.841826),
     ] {
         assert!(
-            (feats.features[i] - want).abs() < 2e-3,
+            (f64::from(feats.features[i]) - want).abs() < 2e-3,
             "feature {i}: {} vs {want}",
             feats.features[i]
         );
@@ -69,7 +69,7 @@ fn public_vector_transcribes_example_wav() {
     // First encoder outputs as published (bf16 values from a bf16 port: loose tolerance).
     let enc = &prompt.audio_encoder_out[0];
     let want_enc = [
-        -0.04736328125f32,
+        -0.04736328125f64,
         -0.419921875,
         0.455078125,
         -0.0224609375,
@@ -80,7 +80,7 @@ fn public_vector_transcribes_example_wav() {
     ];
     for (i, w) in want_enc.iter().enumerate() {
         assert!(
-            (enc[i] - w).abs() < 0.05,
+            (f64::from(enc[i]) - w).abs() < 0.05,
             "encoder out {i}: {} vs {w}",
             enc[i]
         );

@@ -49,8 +49,8 @@ pub fn resize_chw(
 #[inline]
 fn dot4(value: impl Fn(usize) -> f32, w: &[f32; 4]) -> f32 {
     let mut acc = value(0) * w[0];
-    for k in 1..4 {
-        acc = value(k).mul_add(w[k], acc);
+    for (k, &wk) in w.iter().enumerate().skip(1) {
+        acc = value(k).mul_add(wk, acc);
     }
     acc
 }

@@ -7,9 +7,11 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use switchyard_phi4mm::audio::{features_from_bytes, AudioOptions};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, AudioInput, Phi4mm, PromptInput};
+use switchyard_phi4mm::limits::Limits;
+use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
+use switchyard_phi4mm::prompt::{ContentPart, Message, Prompt, Role};
+use switchyard_phi4mm::request;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Backend {
@@ -25,18 +27,31 @@ pub enum AdapterArg {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).multiple(false)))]
 pub struct GenerateArgs {
     /// Checkpoint directory (either layout).
     #[arg(long)]
     pub model: PathBuf,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: Backend,
-    /// Prompt ids with placeholders already expanded, comma-separated.
-    #[arg(long, value_delimiter = ',', num_args = 1.., required = true)]
+    /// Prompt ids with placeholders already expanded (one id per media row), comma-separated;
+    /// they must agree with the media given.
+    #[arg(long, value_delimiter = ',', num_args = 1.., group = "input")]
     pub input_ids: Vec<u32>,
+    /// One user message, rendered with the chat template and the generation prompt;
+    /// `<|image_N|>` / `<|audio_N|>` mark where the media go (else they lead the message).
+    #[arg(long, group = "input")]
+    pub prompt: Option<String>,
+    /// JSON file of OpenAI-style messages (`[{"role": ..., "content": ...}]`), rendered with the
+    /// chat template and the generation prompt.
+    #[arg(long, group = "input")]
+    pub messages: Option<PathBuf>,
     /// Audio clip (WAV, MP3, FLAC, Ogg); repeat for several, bound to placeholders in order.
     #[arg(long)]
     pub audio: Vec<PathBuf>,
+    /// Image (PNG, JPEG, WebP, GIF); repeat for several, bound to placeholders in order.
+    #[arg(long)]
+    pub image: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     pub adapter: AdapterArg,
     #[arg(long, default_value_t = 64)]
@@ -87,15 +102,41 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         AdapterArg::Speech => AdapterChoice::Fixed(AdapterMode::Speech),
         AdapterArg::Vision => AdapterChoice::Fixed(AdapterMode::Vision),
     };
-    let input = PromptInput {
-        input_ids: args.input_ids.clone(),
-        images: Vec::new(),
-        audios: args
-            .audio
+    let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
+        paths
             .iter()
-            .map(|p| load_audio(p))
-            .collect::<Result<_>>()?,
-        adapter,
+            .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+            .collect()
+    };
+    let (image_bytes, audio_bytes) = (read(&args.image)?, read(&args.audio)?);
+    let limits = Limits::default();
+    // The tokenizer is needed for text prompts and to decode the output; a checkpoint without one
+    // (e.g. the benchmark's) still runs from ids.
+    let tokenizer = if args.model.join("tokenizer.json").exists() {
+        Some(Prompt::load(&args.model)?)
+    } else {
+        None
+    };
+    let input = if !args.input_ids.is_empty() {
+        let imgs: Vec<&[u8]> = image_bytes.iter().map(Vec::as_slice).collect();
+        let auds: Vec<&[u8]> = audio_bytes.iter().map(Vec::as_slice).collect();
+        request::from_ids(args.input_ids.clone(), &imgs, &auds, &limits, adapter)?
+    } else {
+        let prompt = tokenizer
+            .as_ref()
+            .with_context(|| format!("{} has no tokenizer.json", args.model.display()))?;
+        let mut messages: Vec<Message> = match (&args.prompt, &args.messages) {
+            (Some(text), _) => vec![Message::text(Role::User, text.clone())],
+            (None, Some(path)) => {
+                let bytes =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                serde_json::from_slice(&bytes)
+                    .with_context(|| format!("parsing messages in {}", path.display()))?
+            }
+            (None, None) => unreachable!("clap requires one input"),
+        };
+        attach_media(&mut messages, image_bytes, audio_bytes)?;
+        request::from_messages(&model, prompt, &messages, &limits, adapter)?
     };
     if args.max_new_tokens == 0 {
         bail!("--max-new-tokens must be at least 1");
@@ -110,24 +151,42 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if let Some(path) = &args.dump_logits {
         write_logits(path, &out.logits_first)?;
     }
+    let text = match &tokenizer {
+        Some(p) => p
+            .tokenizer()
+            .decode(&out.tokens, true)
+            .map_err(|e| anyhow::anyhow!("decoding the output: {e}"))?,
+        None => String::new(),
+    };
     let line = GenerateOutput {
         tokens: out.tokens,
-        text: String::new(),
+        text,
         prompt_tokens: prepared.len,
     };
     println!("{}", serde_json::to_string(&line)?);
     Ok(())
 }
 
-/// WAV (or other supported format) → log-mel features through the media front end.
-fn load_audio(path: &Path) -> Result<AudioInput> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let f = features_from_bytes(&bytes, &AudioOptions::default())
-        .with_context(|| format!("audio {}", path.display()))?;
-    Ok(AudioInput {
-        features: f.features,
-        frames: f.frames,
-    })
+/// Appends the `--image` / `--audio` files to the last user message as media parts (images
+/// first), where the chat template binds them to placeholders in order of appearance.
+pub fn attach_media(
+    messages: &mut [Message],
+    images: Vec<Vec<u8>>,
+    audios: Vec<Vec<u8>>,
+) -> Result<()> {
+    if images.is_empty() && audios.is_empty() {
+        return Ok(());
+    }
+    let Some(last_user) = messages.iter_mut().rev().find(|m| m.role == Role::User) else {
+        bail!("--image / --audio need a user message to attach to");
+    };
+    last_user
+        .content
+        .extend(images.into_iter().map(|bytes| ContentPart::Image { bytes }));
+    last_user
+        .content
+        .extend(audios.into_iter().map(|bytes| ContentPart::Audio { bytes }));
+    Ok(())
 }
 
 fn write_logits(path: &Path, logits: &[f32]) -> Result<()> {

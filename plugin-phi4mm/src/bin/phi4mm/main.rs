@@ -23,29 +23,29 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate greedily for one request on the host backend; prints one JSON line.
-    Generate(generate::GenerateArgs),
-    /// Write a random bf16 checkpoint with the benchmark config.
-    BenchCheckpoint(bench::BenchCheckpointArgs),
-    /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
-    Bench(bench::BenchArgs),
     /// Audio clip → log-mel features (safetensors).
     Features(features::Args),
     /// Image → dynamic-HD crops, masks, sizes, token count (safetensors).
     Image(image_prep::Args),
     /// Text or chat messages → token ids (JSON on stdout).
     Tokenize(tokenize::Args),
+    /// Generate greedily for one request on the host backend; prints one JSON line.
+    Generate(generate::GenerateArgs),
+    /// Write a random bf16 checkpoint with the benchmark config.
+    BenchCheckpoint(bench::BenchCheckpointArgs),
+    /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Generate(args) => generate::run(args),
-        Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
-        Command::Bench(args) => bench::bench(args),
         Command::Features(args) => features::run(args),
         Command::Image(args) => image_prep::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
+        Command::Bench(args) => bench::bench(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

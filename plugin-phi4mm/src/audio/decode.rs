@@ -25,7 +25,16 @@ pub fn decode(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
         decode_wav(bytes, max_seconds)
     } else {
-        decode_symphonia(bytes, max_seconds)
+        // symphonia parses untrusted containers in pure Rust but does not promise to be
+        // panic-free on every malformed stream; a panic there must not take the worker down.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decode_symphonia(bytes, max_seconds)
+        }))
+        .unwrap_or_else(|_| {
+            Err(AudioError::Decode(
+                "decoder failed on malformed input".into(),
+            ))
+        })
     }
 }
 

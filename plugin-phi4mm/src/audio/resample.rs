@@ -78,7 +78,7 @@ pub fn gcd(mut a: usize, mut b: usize) -> usize {
 pub fn resample_poly(x: &[f64], up: usize, down: usize) -> Vec<f64> {
     let g = gcd(up, down);
     let (up, down) = (up / g, down / g);
-    if up == 1 && down == 1 {
+    if (up == 1 && down == 1) || x.is_empty() {
         return x.to_vec();
     }
     let n_in = x.len();
@@ -96,25 +96,36 @@ pub fn resample_poly(x: &[f64], up: usize, down: usize) -> Vec<f64> {
     let mut y = Vec::with_capacity(n_out);
     for i in pre_remove..pre_remove + n_out {
         let m = i * down; // index into the full-rate (upsampled) convolution
-                          // Taps k with (m - k) % up == 0, i.e. k ≡ m (mod up); input j = (m - k) / up.
-        let mut acc = 0.0;
+                          // Padded taps k ≡ m (mod up) meet input x[(m − k) / up]; walk k upwards (the order of
+                          // SciPy's sum) while the input index walks downwards, without a division per tap.
         let mut k = m % up;
-        // Skip taps whose input index is past the end of x.
-        let j_max = m / up; // input index for k = m % up
-        if j_max >= n_in {
-            let skip = j_max - (n_in - 1);
+        let mut j = m / up;
+        if j >= n_in {
+            let skip = j - (n_in - 1);
             k += skip * up;
+            j -= skip;
         }
-        while k <= m {
-            if k >= pre_pad {
-                let hk = k - pre_pad;
-                if hk >= taps {
-                    break;
-                }
-                acc += h[hk] * x[(m - k) / up];
+        if k < pre_pad {
+            let skip = (pre_pad - k).div_ceil(up);
+            if skip > j {
+                y.push(0.0);
+                continue;
             }
-            k += up;
+            k += skip * up;
+            j -= skip;
         }
+        let first = k - pre_pad;
+        let count = if first < taps {
+            (taps - first).div_ceil(up).min(j + 1)
+        } else {
+            0
+        };
+        let acc = h[first..]
+            .iter()
+            .step_by(up)
+            .take(count)
+            .zip(x[..=j].iter().rev())
+            .fold(0.0, |acc, (hk, xj)| acc + hk * xj);
         y.push(acc);
     }
     y
@@ -177,6 +188,11 @@ mod tests {
         // Abramowitz & Stegun table 9.8: I0(1) = 1.266065878, I0(5) = 27.23987182.
         assert!((bessel_i0(1.0) - 1.2660658777520082).abs() < 1e-14);
         assert!((bessel_i0(5.0) - 27.239871823604442).abs() < 1e-12);
+    }
+
+    #[test]
+    fn empty_input_gives_empty_output() {
+        assert!(resample_poly(&[], 2, 1).is_empty());
     }
 
     #[test]

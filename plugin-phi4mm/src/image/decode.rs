@@ -37,8 +37,9 @@ pub fn decode_rgb(bytes: &[u8], options: &ImageOptions) -> Result<RgbImage, Imag
     limits.max_image_width = Some(width);
     limits.max_image_height = Some(height);
     reader.limits(limits);
-    let image = reader
-        .decode()
+    // A decoder panic on a malformed file becomes an error, as for audio.
+    let image = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.decode()))
+        .map_err(|_| ImageError::Decode("decoder failed on malformed input".into()))?
         .map_err(|e| ImageError::Decode(e.to_string()))?;
     Ok(to_rgb_on_white(image))
 }

@@ -94,7 +94,9 @@ impl Prompt {
         let mut reserved: Vec<String> = tokenizer
             .get_added_tokens_decoder()
             .values()
-            .filter(|t| t.special)
+            // Special tokens, and any `<|…|>` added token even if not flagged special: typed in
+            // content they would forge turns or placeholders.
+            .filter(|t| t.special || (t.content.starts_with("<|") && t.content.ends_with("|>")))
             .map(|t| t.content.clone())
             .collect();
         reserved.sort();

@@ -255,6 +255,7 @@ fn step<B: StepBackend>(
         }
     };
     let mut freed = false;
+    let mut finished = Vec::new();
     for (&(i, take), logits) in plan.iter().zip(logits) {
         let row = slots[i].as_mut().expect("planned");
         if take > 0 {
@@ -281,15 +282,20 @@ fn step<B: StepBackend>(
             Stop::Stop => FinishReason::Stop,
             Stop::Length => FinishReason::Length,
         };
-        let mut row = slots[i].take().expect("planned");
+        let row = slots[i].take().expect("planned");
         freed = true;
-        row.sink.done(Outcome::Finished {
+        let outcome = Outcome::Finished {
             reason,
             prompt_tokens: row.prompt_tokens,
             completion_tokens: row.tokens.len(),
-        });
+        };
+        finished.push((row, outcome));
     }
+    // The slot is free (in the stats too) before its client hears that the request finished.
     if freed {
         publish(&mut shared.lock(), slots);
+    }
+    for (mut row, outcome) in finished {
+        row.sink.done(outcome);
     }
 }

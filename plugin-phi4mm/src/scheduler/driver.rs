@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::sampling::Sampler;
 
 use super::queue::panic_message;
-use super::row::{Row, RowInit, Stop};
+use super::row::{Row, RowEnd, RowInit};
 use super::{Detokenize, FinishReason, Outcome, Ready, RowError, Shared, StepBackend, StepRow};
 
 /// Longest sleep while idle; waiting jobs with deadlines are re-checked at least this often.
@@ -275,12 +275,12 @@ fn step<B: StepBackend>(
             continue;
         }
         let reason = match stop {
-            Stop::Continue => {
+            RowEnd::Continue => {
                 row.next_input = backend.embed(&[token]);
                 continue;
             }
-            Stop::Stop => FinishReason::Stop,
-            Stop::Length => FinishReason::Length,
+            RowEnd::Stop => FinishReason::Stop,
+            RowEnd::Length => FinishReason::Length,
         };
         let row = slots[i].take().expect("planned");
         freed = true;

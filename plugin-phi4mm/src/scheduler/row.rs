@@ -10,7 +10,7 @@ use super::{Detokenize, RowSink};
 
 /// Why a row stops after the token just sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stop {
+pub(crate) enum RowEnd {
     Continue,
     /// EOS, a stop id or a stop string.
     Stop,
@@ -87,14 +87,14 @@ impl<S> Row<S> {
     }
 
     /// Records a sampled token; returns the text it adds and whether the row stops here.
-    pub fn push_token(&mut self, token: u32, detok: Option<&Detokenize>) -> (String, Stop) {
+    pub fn push_token(&mut self, token: u32, detok: Option<&Detokenize>) -> (String, RowEnd) {
         self.tokens.push(token);
         let mut stop = if self.stop_ids.contains(&token) {
-            Stop::Stop
+            RowEnd::Stop
         } else if self.tokens.len() >= self.max_new_tokens {
-            Stop::Length
+            RowEnd::Length
         } else {
-            Stop::Continue
+            RowEnd::Continue
         };
         let Some(detok) = detok else {
             return (String::new(), stop);
@@ -115,10 +115,10 @@ impl<S> Row<S> {
             let end = pos.max(self.emitted);
             let delta = full[self.emitted..end].to_string();
             self.emitted = end;
-            return (delta, Stop::Stop);
+            return (delta, RowEnd::Stop);
         }
         let mut end = full.len();
-        if stop == Stop::Continue {
+        if stop == RowEnd::Continue {
             // Hold back an incomplete character and any tail that may still become a stop
             // string; both are released with a later token or at the end.
             end = full.trim_end_matches('\u{FFFD}').len();
@@ -133,8 +133,8 @@ impl<S> Row<S> {
         let end = end.max(self.emitted);
         let delta = full[self.emitted..end].to_string();
         self.emitted = end;
-        if stop == Stop::Continue && self.tokens.len() >= self.max_new_tokens {
-            stop = Stop::Length;
+        if stop == RowEnd::Continue && self.tokens.len() >= self.max_new_tokens {
+            stop = RowEnd::Length;
         }
         (delta, stop)
     }
@@ -200,23 +200,23 @@ mod tests {
     fn stop_string_ends_text_before_it_and_partial_matches_are_held() {
         let d = detok();
         let mut r = row(&["cd"], 10);
-        assert_eq!(r.push_token(1, Some(&d)), ("a".into(), Stop::Continue));
+        assert_eq!(r.push_token(1, Some(&d)), ("a".into(), RowEnd::Continue));
         // "ac": "c" may start "cd", so it is held.
-        assert_eq!(r.push_token(3, Some(&d)), ("".into(), Stop::Continue));
+        assert_eq!(r.push_token(3, Some(&d)), ("".into(), RowEnd::Continue));
         // "acb": "c" was not the start of "cd" after all: released.
-        assert_eq!(r.push_token(2, Some(&d)), ("cb".into(), Stop::Continue));
-        assert_eq!(r.push_token(3, Some(&d)), ("".into(), Stop::Continue));
-        assert_eq!(r.push_token(4, Some(&d)), ("".into(), Stop::Stop));
+        assert_eq!(r.push_token(2, Some(&d)), ("cb".into(), RowEnd::Continue));
+        assert_eq!(r.push_token(3, Some(&d)), ("".into(), RowEnd::Continue));
+        assert_eq!(r.push_token(4, Some(&d)), ("".into(), RowEnd::Stop));
     }
 
     #[test]
     fn budget_and_stop_ids_end_the_row_and_release_held_text() {
         let d = detok();
         let mut r = row(&["cd"], 2);
-        assert_eq!(r.push_token(1, Some(&d)).1, Stop::Continue);
-        assert_eq!(r.push_token(3, Some(&d)), ("c".into(), Stop::Length));
+        assert_eq!(r.push_token(1, Some(&d)).1, RowEnd::Continue);
+        assert_eq!(r.push_token(3, Some(&d)), ("c".into(), RowEnd::Length));
         let mut r = row(&[], 5);
         r.push_token(1, Some(&d));
-        assert_eq!(r.push_token(0, Some(&d)), ("".into(), Stop::Stop));
+        assert_eq!(r.push_token(0, Some(&d)), ("".into(), RowEnd::Stop));
     }
 }

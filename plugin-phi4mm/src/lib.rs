@@ -8,8 +8,12 @@
 
 pub mod audio;
 pub mod checkpoint;
+pub mod config;
 pub mod image;
 pub mod limits;
 pub mod model;
+pub mod plugin;
 pub mod prompt;
 pub mod request;
+pub mod sampling;
+pub mod scheduler;

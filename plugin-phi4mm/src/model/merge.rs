@@ -222,11 +222,22 @@ impl Phi4mm {
         p: &PromptInput,
         max_new_tokens: usize,
     ) -> Result<PreparedPrompt, InputError> {
+        self.install(|| self.prepare_here(p, max_new_tokens))
+    }
+
+    /// As [`Phi4mm::prepare`], but the encoders run on the caller's rayon pool instead of the
+    /// model's: the scheduler's media workers have their own pool, so a large image does not take
+    /// the decoder's threads away from running rows.
+    pub fn prepare_here(
+        &self,
+        p: &PromptInput,
+        max_new_tokens: usize,
+    ) -> Result<PreparedPrompt, InputError> {
         self.validate_input(p, max_new_tokens)?;
         let c = &self.config;
         let h = c.text.hidden_size;
         let (adapter, audio_branch) = self.resolve_adapter(p);
-        self.install(|| {
+        {
             let mut embeds = self.decoder.embed(&p.input_ids);
             let mut vision_features = Vec::new();
             let mut audio_encoder_out = Vec::new();
@@ -263,7 +274,7 @@ impl Phi4mm {
                 vision_features,
                 audio_encoder_out,
             })
-        })
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `phi4mm`: developer and operator tool for the Phi4MM plugin.
 
+mod batch;
 mod bench;
 mod generate;
 
@@ -31,6 +32,8 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Generate greedily for one request on the host backend; prints one JSON line.
     Generate(generate::GenerateArgs),
+    /// Run every request of a JSON file concurrently through the scheduler; one JSON line each.
+    Batch(batch::BatchArgs),
     /// Write a random bf16 checkpoint with the benchmark config.
     BenchCheckpoint(bench::BenchCheckpointArgs),
     /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
@@ -44,6 +47,7 @@ fn main() -> std::process::ExitCode {
         Command::Image(args) => image_prep::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Batch(args) => batch::run(args),
         Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
     };

@@ -1,0 +1,197 @@
+//! `phi4mm batch`: every request of a JSON file at once through the real scheduler; one JSON
+//! line per request, in file order: `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use switchyard_phi4mm::limits::Limits;
+use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
+use switchyard_phi4mm::prompt::{Message, Prompt, Role};
+use switchyard_phi4mm::request;
+use switchyard_phi4mm::sampling::SamplingConfig;
+use switchyard_phi4mm::scheduler::{
+    HostBackend, Job, Outcome, RowSink, Scheduler, SchedulerConfig,
+};
+
+use crate::generate::{attach_media, open_checkpoint, Backend};
+
+#[derive(Args)]
+pub struct BatchArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long, value_enum, default_value = "host")]
+    pub backend: Backend,
+    /// JSON array of requests (fields of `generate`).
+    #[arg(long)]
+    pub requests: PathBuf,
+    /// Scheduler slots (default: one per request).
+    #[arg(long)]
+    pub slots: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestSpec {
+    input_ids: Option<Vec<u32>>,
+    prompt: Option<String>,
+    messages: Option<Vec<Message>>,
+    #[serde(default)]
+    audio: Vec<PathBuf>,
+    #[serde(default)]
+    image: Vec<PathBuf>,
+    #[serde(default)]
+    adapter: Option<String>,
+    #[serde(default = "default_max")]
+    max_new_tokens: usize,
+    #[serde(default)]
+    ignore_eos: bool,
+}
+
+fn default_max() -> usize {
+    64
+}
+
+#[derive(Serialize)]
+struct Line {
+    tokens: Vec<u32>,
+    text: String,
+    prompt_tokens: usize,
+}
+
+struct Collect {
+    index: usize,
+    tokens: Vec<u32>,
+    tx: Sender<(usize, Vec<u32>, Outcome)>,
+}
+
+impl RowSink for Collect {
+    fn started(&mut self, _: usize) -> bool {
+        true
+    }
+    fn token(&mut self, id: u32, _: &str) -> bool {
+        self.tokens.push(id);
+        true
+    }
+    fn done(&mut self, outcome: Outcome) {
+        let _ = self
+            .tx
+            .send((self.index, std::mem::take(&mut self.tokens), outcome));
+    }
+}
+
+pub fn run(args: BatchArgs) -> Result<()> {
+    let Backend::Host = args.backend;
+    let specs: Vec<RequestSpec> = serde_json::from_slice(
+        &std::fs::read(&args.requests)
+            .with_context(|| format!("reading {}", args.requests.display()))?,
+    )
+    .with_context(|| format!("parsing {}", args.requests.display()))?;
+    let ck = open_checkpoint(&args.model)?;
+    let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    let prompt = if args.model.join("tokenizer.json").exists() {
+        Some(Prompt::load(&args.model)?)
+    } else {
+        None
+    };
+    let limits = Limits::default();
+    let backend = Arc::new(HostBackend(model.clone()));
+    let sched = Scheduler::start(
+        backend.clone(),
+        SchedulerConfig {
+            slots: args.slots.unwrap_or(specs.len().max(1)),
+            max_queued: specs.len(),
+            max_queued_tokens: usize::MAX,
+            ..SchedulerConfig::default()
+        },
+        None,
+    )?;
+    let (tx, rx) = channel();
+    let mut prompt_tokens = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let adapter = match spec.adapter.as_deref().unwrap_or("auto") {
+            "auto" => AdapterChoice::Auto,
+            "none" => AdapterChoice::Fixed(AdapterMode::None),
+            "speech" => AdapterChoice::Fixed(AdapterMode::Speech),
+            "vision" => AdapterChoice::Fixed(AdapterMode::Vision),
+            other => bail!("request {i}: unknown adapter {other:?}"),
+        };
+        let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
+            paths
+                .iter()
+                .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+                .collect()
+        };
+        let (images, audios) = (read(&spec.image)?, read(&spec.audio)?);
+        let input = if let Some(ids) = &spec.input_ids {
+            let im: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+            let au: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
+            request::from_ids(ids.clone(), &im, &au, &limits, adapter)?
+        } else {
+            let p = prompt
+                .as_ref()
+                .context("the checkpoint has no tokenizer.json")?;
+            let mut messages = match (&spec.prompt, &spec.messages) {
+                (Some(text), _) => vec![Message::text(Role::User, text.clone())],
+                (None, Some(m)) => m.clone(),
+                (None, None) => bail!("request {i}: input_ids, prompt or messages required"),
+            };
+            attach_media(&mut messages, images, audios)?;
+            request::from_messages(&model, p, &messages, &limits, adapter)?
+        };
+        if spec.max_new_tokens == 0 {
+            bail!("request {i}: max_new_tokens must be at least 1");
+        }
+        prompt_tokens.push(input.input_ids.len());
+        let job = Job {
+            id: i as u64,
+            prompt_tokens: input.input_ids.len(),
+            prepare: backend.prepare_fn(input, spec.max_new_tokens),
+            sampling: SamplingConfig::default(),
+            max_new_tokens: spec.max_new_tokens,
+            stop_ids: if spec.ignore_eos {
+                Vec::new()
+            } else {
+                model.config.eos_token_ids.clone()
+            },
+            stop_strings: Vec::new(),
+            deadline: None,
+            sink: Box::new(Collect {
+                index: i,
+                tokens: Vec::new(),
+                tx: tx.clone(),
+            }),
+        };
+        sched
+            .submit(job)
+            .map_err(|r| anyhow::anyhow!("request {i} refused: {r:?}"))?;
+    }
+    let mut results: Vec<Option<Vec<u32>>> = vec![None; specs.len()];
+    for _ in 0..specs.len() {
+        let (i, tokens, outcome) = rx.recv()?;
+        if let Outcome::Failed(e) = outcome {
+            bail!("request {i} failed: {e:?}");
+        }
+        results[i] = Some(tokens);
+    }
+    sched.shutdown();
+    for (tokens, prompt_tokens) in results.into_iter().zip(prompt_tokens) {
+        let tokens = tokens.expect("every request reported");
+        let text = match &prompt {
+            Some(p) => p.tokenizer().decode(&tokens, true).unwrap_or_default(),
+            None => String::new(),
+        };
+        let line = Line {
+            tokens,
+            text,
+            prompt_tokens,
+        };
+        println!("{}", serde_json::to_string(&line)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! The plugin's settings (`[models.settings]` of a `phi4mm` model in the host's TOML).
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::audio::ResampleMode;
+use crate::limits::Limits;
+
+/// The official ASR instruction (phi4mm-model.md §2.5 worked example).
+pub const DEFAULT_TRANSCRIPTION_INSTRUCTION: &str = "Transcribe the audio exactly.";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The pure-Rust CPU backend.
+    #[default]
+    Host,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phi4mmSettings {
+    /// Checkpoint directory (either layout). A relative path is resolved against the host's
+    /// working directory (the host passes settings through untouched).
+    pub checkpoint: PathBuf,
+    #[serde(default)]
+    pub backend: BackendKind,
+    /// Rows decoded together.
+    #[serde(default = "default_slots")]
+    pub slots: usize,
+    /// Decoder threads; default the host's `thread_budget`.
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Media pool threads (decoding, preprocessing, encoders); default a quarter of the decoder
+    /// threads, at least one.
+    #[serde(default)]
+    pub media_threads: Option<usize>,
+    /// Requests admitted beyond the free slots; more are refused (HTTP 429).
+    #[serde(default = "default_max_queued")]
+    pub max_queued: usize,
+    /// Prompt tokens of all waiting requests together.
+    #[serde(default = "default_max_queued_tokens")]
+    pub max_queued_tokens: usize,
+    /// Prompt tokens prefilled per decoder step (bounds the stall a long prompt causes).
+    #[serde(default = "default_prefill_chunk")]
+    pub prefill_chunk: usize,
+    /// `max_tokens` when a request gives none.
+    #[serde(default = "default_max_tokens")]
+    pub default_max_tokens: usize,
+    /// Media limits (counts, sizes, durations).
+    #[serde(default)]
+    pub limits: Limits,
+    /// How clips that are not 16 kHz are brought to 16 kHz.
+    #[serde(default)]
+    pub resample: ResampleMode,
+    /// The user turn of a transcription request, after the audio placeholder.
+    #[serde(default = "default_instruction")]
+    pub transcription_instruction: String,
+}
+
+fn default_slots() -> usize {
+    4
+}
+fn default_max_queued() -> usize {
+    16
+}
+fn default_max_queued_tokens() -> usize {
+    65_536
+}
+fn default_prefill_chunk() -> usize {
+    512
+}
+fn default_max_tokens() -> usize {
+    256
+}
+fn default_instruction() -> String {
+    DEFAULT_TRANSCRIPTION_INSTRUCTION.into()
+}
+
+impl Phi4mmSettings {
+    /// Refuses values the plugin cannot serve with.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.slots == 0 {
+            return Err("slots must be at least 1".into());
+        }
+        if self.threads == Some(0) || self.media_threads == Some(0) {
+            return Err("threads and media_threads must be at least 1 when set".into());
+        }
+        if self.prefill_chunk == 0 || self.default_max_tokens == 0 {
+            return Err("prefill_chunk and default_max_tokens must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_unknown_fields() {
+        let s: Phi4mmSettings = toml_like(r#"{"checkpoint": "m"}"#).unwrap();
+        assert_eq!(s.slots, 4);
+        assert_eq!(s.backend, BackendKind::Host);
+        assert_eq!(
+            s.transcription_instruction,
+            DEFAULT_TRANSCRIPTION_INSTRUCTION
+        );
+        assert!(toml_like(r#"{"checkpoint": "m", "slot": 2}"#).is_err());
+        assert!(toml_like(r#"{"checkpoint": "m", "backend": "iree"}"#).is_err());
+        let s: Phi4mmSettings =
+            toml_like(r#"{"checkpoint": "m", "slots": 0, "resample": "reference"}"#).unwrap();
+        assert!(s.validate().is_err());
+    }
+
+    fn toml_like(json: &str) -> Result<Phi4mmSettings, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+}

@@ -1,0 +1,372 @@
+//! The `phi4mm` model kind as a Switchyard plugin: settings → checkpoint, tokenizer, host backend
+//! and scheduler; host requests → prompt + media jobs; scheduler events → host events.
+#![allow(non_local_definitions)] // abi_stable's export macro defines items inside a function.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use switchyard_plugin_api::{
+    abi_stable::std_types::RString, AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox,
+    HostServices, Modality, ModelKindInfo, ModelStats, Part, PluginError, PluginManifest,
+    PluginModel, Request, SettingsText, Usage, API_VERSION,
+};
+
+use crate::audio::{features_from_bytes, AudioOptions};
+use crate::checkpoint::Checkpoint;
+use crate::config::Phi4mmSettings;
+use crate::image::ImageOptions;
+use crate::model::{AdapterChoice, AudioInput, Phi4mm, PromptInput};
+use crate::prompt::{ContentPart, Message, Prompt, Role};
+use crate::request::image_input;
+use crate::sampling::SamplingConfig;
+use crate::scheduler::{
+    Detokenize, FinishReason, HostBackend, Job, Outcome, Refusal, RowError, RowSink, Scheduler,
+    SchedulerConfig,
+};
+
+pub const KIND: &str = "phi4mm";
+
+pub fn plugin_manifest() -> PluginManifest {
+    PluginManifest {
+        name: "phi4mm".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        build_id: concat!("phi4mm-", env!("CARGO_PKG_VERSION")).into(),
+        api_version: API_VERSION,
+        models: vec![ModelKindInfo {
+            kind: KIND.into(),
+            chat_modalities: Modality::ALL.to_vec().into(),
+            transcription_modalities: vec![Modality::Audio].into(),
+        }]
+        .into(),
+    }
+}
+
+/// One `phi4mm` model instance.
+pub struct Phi4mmModel {
+    settings: Phi4mmSettings,
+    model: Arc<Phi4mm>,
+    prompt: Arc<Prompt>,
+    backend: Arc<HostBackend>,
+    scheduler: Scheduler,
+}
+
+pub fn create_instance(
+    kind: &str,
+    settings: SettingsText,
+    services: HostServices,
+) -> Result<Phi4mmModel, PluginError> {
+    if kind != KIND {
+        return Err(PluginError::invalid_settings(format!(
+            "plugin phi4mm has no model kind {kind:?} (it has {KIND:?})"
+        )));
+    }
+    let settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
+    settings.validate().map_err(PluginError::invalid_settings)?;
+    Phi4mmModel::load(settings, services.thread_budget as usize, &|m| {
+        services.info(m)
+    })
+}
+
+impl Phi4mmModel {
+    /// Loads the checkpoint and starts the scheduler. `thread_budget` is the default for
+    /// `threads`.
+    pub fn load(
+        settings: Phi4mmSettings,
+        thread_budget: usize,
+        log: &dyn Fn(&str),
+    ) -> Result<Self, PluginError> {
+        let dir: &Path = &settings.checkpoint;
+        let ck = Checkpoint::open(dir).map_err(|e| {
+            PluginError::invalid_settings(format!("checkpoint {}: {e}", dir.display()))
+        })?;
+        let prompt = Prompt::load(dir).map_err(|e| {
+            PluginError::invalid_settings(format!("tokenizer in {}: {e}", dir.display()))
+        })?;
+        let threads = settings.threads.unwrap_or(thread_budget).max(1);
+        let model = Arc::new(Phi4mm::load(&ck, threads));
+        let media_threads = settings.media_threads.unwrap_or((threads / 4).max(1));
+        let backend = Arc::new(HostBackend(model.clone()));
+        let prompt = Arc::new(prompt);
+        let p = prompt.clone();
+        let detok: Detokenize =
+            Arc::new(move |ids: &[u32]| p.tokenizer().decode(ids, true).unwrap_or_default());
+        let scheduler = Scheduler::start(
+            backend.clone(),
+            SchedulerConfig {
+                slots: settings.slots,
+                max_queued: settings.max_queued,
+                max_queued_tokens: settings.max_queued_tokens,
+                media_threads,
+                prefill_chunk: settings.prefill_chunk,
+            },
+            Some(detok),
+        )
+        .map_err(|e| PluginError::internal(format!("cannot start the scheduler: {e}")))?;
+        log(&format!(
+            "phi4mm loaded from {}: {} slots, {threads} decoder threads, {media_threads} media threads",
+            dir.display(),
+            settings.slots
+        ));
+        Ok(Phi4mmModel {
+            settings,
+            model,
+            prompt,
+            backend,
+            scheduler,
+        })
+    }
+
+    /// The request's chat as prompt messages; a transcription becomes one user turn with its
+    /// audio and the instruction.
+    fn messages(&self, request: &Request) -> Vec<Message> {
+        let convert = |p: &Part| match p {
+            Part::Text(t) => ContentPart::Text {
+                text: t.to_string(),
+            },
+            Part::Image(b) => ContentPart::Image { bytes: b.to_vec() },
+            Part::Audio { data, .. } => ContentPart::Audio {
+                bytes: data.to_vec(),
+            },
+        };
+        if request.endpoint == Endpoint::Transcription {
+            let mut content: Vec<ContentPart> = request
+                .messages
+                .iter()
+                .flat_map(|m| m.parts.iter())
+                .filter(|p| matches!(p, Part::Audio { .. }))
+                .map(convert)
+                .collect();
+            content.push(ContentPart::Text {
+                text: self.settings.transcription_instruction.clone(),
+            });
+            return vec![Message {
+                role: Role::User,
+                content,
+            }];
+        }
+        request
+            .messages
+            .iter()
+            .map(|m| Message {
+                role: match m.role {
+                    switchyard_plugin_api::Role::System => Role::System,
+                    switchyard_plugin_api::Role::User => Role::User,
+                    switchyard_plugin_api::Role::Assistant => Role::Assistant,
+                },
+                content: m.parts.iter().map(convert).collect(),
+            })
+            .collect()
+    }
+}
+
+/// Media decoding, preprocessing, placeholder expansion: the media stage of a chat request.
+fn build_input(
+    model: &Phi4mm,
+    prompt: &Prompt,
+    settings: &Phi4mmSettings,
+    messages: &[Message],
+) -> Result<PromptInput, String> {
+    let ids = prompt
+        .encode_messages(messages, true)
+        .map_err(|e| e.to_string())?;
+    let limits = &settings.limits;
+    limits
+        .check_counts(ids.images.len(), ids.audios.len())
+        .map_err(|e| e.to_string())?;
+    let io = ImageOptions::from_limits(limits);
+    let images = ids
+        .images
+        .iter()
+        .enumerate()
+        .map(|(i, b)| image_input(b, &io).map_err(|e| format!("image {i}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ao = AudioOptions {
+        resample: settings.resample,
+        ..AudioOptions::from_limits(limits)
+    };
+    let mut seconds = 0.0;
+    let mut audios = Vec::new();
+    for (i, b) in ids.audios.iter().enumerate() {
+        let f = features_from_bytes(b, &ao).map_err(|e| format!("audio {i}: {e}"))?;
+        seconds += f.duration_s;
+        audios.push(AudioInput {
+            features: f.features,
+            frames: f.frames,
+        });
+    }
+    limits
+        .check_audio_total(seconds)
+        .map_err(|e| e.to_string())?;
+    let image_tokens: Vec<usize> = images.iter().map(|i| model.vision.token_count(i)).collect();
+    let audio_tokens: Vec<usize> = audios
+        .iter()
+        .map(|a| model.audio.token_count(a.frames))
+        .collect();
+    let input_ids = prompt
+        .expand(&ids.ids, &image_tokens, &audio_tokens)
+        .map_err(|e| e.to_string())?;
+    Ok(PromptInput {
+        input_ids,
+        images,
+        audios,
+        adapter: AdapterChoice::Auto,
+    })
+}
+
+fn deadline_of(unix_ms: Option<u64>) -> Option<Instant> {
+    let ms = unix_ms?;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Some(Instant::now() + Duration::from_millis(ms.saturating_sub(now_ms)))
+}
+
+impl PluginModel for Phi4mmModel {
+    fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
+        let modality = request.modality();
+        if !plugin_manifest().models[0].accepts(request.endpoint, modality) {
+            return Err(PluginError::new(
+                ErrorKind::Unsupported,
+                format!("phi4mm does not serve {modality} on {:?}", request.endpoint),
+            ));
+        }
+        let messages = self.messages(&request);
+        // Tokenizing here refuses malformed chats at admission and gives the queue its charge;
+        // media are left to the media pool.
+        let charged = self
+            .prompt
+            .encode_messages(&messages, true)
+            .map_err(|e| PluginError::invalid_request(e.to_string()))?
+            .ids
+            .len();
+        let max_new_tokens = request
+            .sampling
+            .max_tokens
+            .into_option()
+            .map(|m| m as usize)
+            .unwrap_or(self.settings.default_max_tokens);
+        let (model, prompt, settings) = (
+            self.model.clone(),
+            self.prompt.clone(),
+            self.settings.clone(),
+        );
+        let backend = self.backend.clone();
+        let prepare = Box::new(move || {
+            let input =
+                build_input(&model, &prompt, &settings, &messages).map_err(RowError::Invalid)?;
+            (backend.prepare_fn(input, max_new_tokens))()
+        });
+        let s = &request.sampling;
+        let job = Job {
+            id: request.id,
+            prompt_tokens: charged,
+            prepare,
+            sampling: SamplingConfig {
+                temperature: s.temperature,
+                top_k: s.top_k as usize,
+                top_p: s.top_p,
+                seed: s.seed.into_option(),
+            },
+            max_new_tokens,
+            stop_ids: self.model.config.eos_token_ids.clone(),
+            stop_strings: request.stop.iter().map(|s| s.to_string()).collect(),
+            deadline: deadline_of(request.deadline_unix_ms.into_option()),
+            sink: Box::new(HostSink { sink }),
+        };
+        self.scheduler.submit(job).map_err(|r| match r {
+            Refusal::Overloaded(m) => PluginError::overloaded(m),
+            Refusal::Unavailable(m) => PluginError::unavailable(m),
+            Refusal::Invalid(m) => PluginError::invalid_request(m),
+        })
+    }
+
+    fn cancel(&self, request_id: u64) -> bool {
+        self.scheduler.cancel(request_id)
+    }
+
+    fn stats(&self) -> ModelStats {
+        let s = self.scheduler.stats();
+        let adapters = ["base", "speech", "vision"]
+            .iter()
+            .zip(s.rows_per_adapter)
+            .map(|(name, rows)| AdapterRows {
+                adapter: (*name).into(),
+                rows: rows as u32,
+            })
+            .collect::<Vec<_>>();
+        ModelStats {
+            running: s.running as u32,
+            queued: s.queued as u32,
+            free_slots: s.free_slots as u32,
+            adapters: adapters.into(),
+            details_json: RString::from(
+                serde_json::json!({
+                    "slots": s.slots,
+                    "queued_tokens": s.queued_tokens,
+                    "prepared_waiting": s.ready,
+                    "audio_rows_per_branch": { "speech": s.rows_per_audio_branch[0], "vision": s.rows_per_audio_branch[1] },
+                    "backend": "host",
+                })
+                .to_string(),
+            ),
+        }
+    }
+
+    fn drain(&self) {
+        self.scheduler.drain();
+    }
+
+    fn shutdown(&self) {
+        self.scheduler.shutdown();
+    }
+}
+
+/// Scheduler events → host events.
+struct HostSink {
+    sink: EventSinkBox,
+}
+
+impl RowSink for HostSink {
+    fn started(&mut self, prompt_tokens: usize) -> bool {
+        self.sink.send(Event::Started {
+            prompt_tokens: prompt_tokens as u32,
+        })
+    }
+
+    fn token(&mut self, id: u32, text: &str) -> bool {
+        self.sink.send(Event::Token {
+            id,
+            text: text.into(),
+        })
+    }
+
+    fn done(&mut self, outcome: Outcome) {
+        let event = match outcome {
+            Outcome::Finished {
+                reason,
+                prompt_tokens,
+                completion_tokens,
+            } => Event::Finished {
+                reason: match reason {
+                    FinishReason::Stop => switchyard_plugin_api::FinishReason::Stop,
+                    FinishReason::Length => switchyard_plugin_api::FinishReason::Length,
+                    FinishReason::Cancelled => switchyard_plugin_api::FinishReason::Cancelled,
+                },
+                usage: Usage {
+                    prompt_tokens: prompt_tokens as u32,
+                    completion_tokens: completion_tokens as u32,
+                },
+            },
+            Outcome::Failed(RowError::Invalid(m)) => Event::Failed(PluginError::invalid_request(m)),
+            Outcome::Failed(RowError::Internal(m)) => Event::Failed(PluginError::internal(m)),
+            Outcome::Failed(RowError::Deadline) => {
+                Event::Failed(PluginError::cancelled("deadline exceeded"))
+            }
+        };
+        self.sink.send(event);
+    }
+}
+
+switchyard_plugin_api::export_plugin! { manifest: plugin_manifest, create: create_instance }

@@ -1,0 +1,301 @@
+//! The driver thread: admits ready jobs into free slots, drops cancelled and expired rows, and
+//! runs one batched decoder step per iteration over every occupied slot — prefill chunks of new
+//! rows together with one decode token of each running row.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::sampling::Sampler;
+
+use super::queue::panic_message;
+use super::row::{Row, RowEnd, RowInit};
+use super::{Detokenize, FinishReason, Outcome, Ready, RowError, Shared, StepBackend, StepRow};
+
+/// Longest sleep while idle; waiting jobs with deadlines are re-checked at least this often.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+fn cancelled<S>(row: &Row<S>) -> Outcome {
+    Outcome::Finished {
+        reason: FinishReason::Cancelled,
+        prompt_tokens: row.prompt_tokens,
+        completion_tokens: row.tokens.len(),
+    }
+}
+
+pub(crate) fn run<B: StepBackend>(backend: Arc<B>, shared: Arc<Shared>, detok: Option<Detokenize>) {
+    let n = shared.config.slots;
+    let mut slots: Vec<Option<Row<B::State>>> = (0..n).map(|_| None).collect();
+    loop {
+        let turn = catch_unwind(AssertUnwindSafe(|| {
+            iterate(&*backend, &shared, &mut slots, detok.as_ref())
+        }));
+        match turn {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(payload) => {
+                // A bug outside the decoder step: the rows in flight cannot be trusted, but the
+                // thread must live on and every row must get its terminal event.
+                let msg = format!("panic in the scheduler: {}", panic_message(&*payload));
+                for mut row in slots.iter_mut().filter_map(Option::take) {
+                    let m = msg.clone();
+                    let _ = catch_unwind(AssertUnwindSafe(move || {
+                        row.sink.done(Outcome::Failed(RowError::Internal(m)))
+                    }));
+                }
+                publish(&mut shared.lock(), &slots);
+            }
+        }
+    }
+}
+
+/// One turn of the driver; false once shut down.
+fn iterate<B: StepBackend>(
+    backend: &B,
+    shared: &Shared,
+    slots: &mut [Option<Row<B::State>>],
+    detok: Option<&Detokenize>,
+) -> bool {
+    {
+        // Under the lock: bookkeeping only; every sink call happens after it is released.
+        let mut finished: Vec<(Row<B::State>, Outcome)> = Vec::new();
+        let mut admitted: Vec<usize> = Vec::new();
+        let mut expired_waiting: Vec<Ready> = Vec::new();
+        {
+            let mut st = shared.lock();
+            loop {
+                if st.shutdown {
+                    let ready: Vec<Ready> = st.ready.drain(..).collect();
+                    st.waiting.clear();
+                    st.queued_tokens = 0;
+                    st.slots.iter_mut().for_each(|s| *s = None);
+                    drop(st);
+                    for mut r in ready {
+                        r.job.sink.done(Outcome::Finished {
+                            reason: FinishReason::Cancelled,
+                            prompt_tokens: 0,
+                            completion_tokens: 0,
+                        });
+                    }
+                    for mut row in slots.iter_mut().filter_map(Option::take) {
+                        let o = cancelled(&row);
+                        row.sink.done(o);
+                    }
+                    return false;
+                }
+                let now = Instant::now();
+                for slot in slots.iter_mut() {
+                    let drop_it = match slot {
+                        Some(r) if st.cancel_running.remove(&r.id) => Some(None),
+                        Some(r) if r.deadline.is_some_and(|d| now >= d) => {
+                            Some(Some(RowError::Deadline))
+                        }
+                        _ => None,
+                    };
+                    if let Some(err) = drop_it {
+                        let row = slot.take().expect("occupied");
+                        let o = match err {
+                            None => cancelled(&row),
+                            Some(e) => Outcome::Failed(e),
+                        };
+                        finished.push((row, o));
+                    }
+                }
+                st.cancel_running.clear();
+                // Expired jobs waiting for a slot leave the queue too.
+                let mut i = 0;
+                while i < st.ready.len() {
+                    if st.ready[i].job.deadline.is_some_and(|d| now >= d) {
+                        let r = st.ready.remove(i).expect("index checked");
+                        st.unqueue(r.job.id);
+                        expired_waiting.push(r);
+                    } else {
+                        i += 1;
+                    }
+                }
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    if slot.is_some() {
+                        continue;
+                    }
+                    let Some(ready) = st.ready.pop_front() else {
+                        break;
+                    };
+                    st.unqueue(ready.job.id);
+                    *slot = Some(new_row(backend, ready));
+                    admitted.push(i);
+                }
+                publish(&mut st, slots);
+                let busy = slots.iter().any(Option::is_some);
+                if busy || !finished.is_empty() || !expired_waiting.is_empty() {
+                    break;
+                }
+                st = shared
+                    .wake
+                    .wait_timeout(st, IDLE_WAIT)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        for (mut row, outcome) in finished {
+            row.sink.done(outcome);
+        }
+        for mut r in expired_waiting {
+            r.job.sink.done(Outcome::Failed(RowError::Deadline));
+        }
+        let mut gone = false;
+        for &i in &admitted {
+            let row = slots[i].as_mut().expect("just admitted");
+            if !row.sink.started(row.prompt_tokens) {
+                slots[i] = None;
+                gone = true;
+            }
+        }
+        if gone {
+            publish(&mut shared.lock(), slots);
+        }
+        if slots.iter().any(Option::is_some) {
+            step(backend, shared, slots, detok);
+        }
+    }
+    true
+}
+
+fn new_row<B: StepBackend>(backend: &B, ready: Ready) -> Row<B::State> {
+    let Ready { job, prepared } = ready;
+    // Unseeded requests still get a reproducible, per-request stream.
+    let default_seed = job.id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    Row::new(RowInit {
+        id: job.id,
+        adapter: prepared.adapter,
+        audio_branch: prepared.audio_branch,
+        state: backend.new_state(),
+        prompt: prepared.embeds,
+        prompt_tokens: prepared.prompt_tokens,
+        sampler: Sampler::new(job.sampling, default_seed),
+        max_new_tokens: job.max_new_tokens,
+        stop_ids: job.stop_ids,
+        stop_strings: job.stop_strings,
+        deadline: job.deadline,
+        sink: job.sink,
+    })
+}
+
+fn publish<S>(st: &mut super::State, slots: &[Option<Row<S>>]) {
+    for (p, s) in st.slots.iter_mut().zip(slots) {
+        *p = s.as_ref().map(|r| (r.id, r.adapter, r.audio_branch));
+    }
+}
+
+/// One batched decoder step over every occupied slot, then sampling and events per row.
+fn step<B: StepBackend>(
+    backend: &B,
+    shared: &Shared,
+    slots: &mut [Option<Row<B::State>>],
+    detok: Option<&Detokenize>,
+) {
+    let hidden_of = |row: &Row<B::State>| row.prompt.len() / row.prompt_tokens.max(1);
+    // Decode rows first cost one token each; the prefill budget is shared by new rows in slot
+    // order (at least one token, so a prefill always advances).
+    let mut budget = shared.config.prefill_chunk.max(1);
+    let mut plan: Vec<(usize, usize)> = Vec::new(); // (slot, prompt tokens this step; 0 = decode)
+    for (i, slot) in slots.iter().enumerate() {
+        let Some(row) = slot else { continue };
+        if row.in_prefill() {
+            if budget == 0 {
+                continue;
+            }
+            let take = (row.prompt_tokens - row.prefilled).min(budget);
+            budget -= take;
+            plan.push((i, take));
+        } else {
+            plan.push((i, 0));
+        }
+    }
+    let outcome = {
+        let mut batch: Vec<StepRow<'_, B::State>> = Vec::with_capacity(plan.len());
+        let mut plan_iter = plan.iter().peekable();
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let Some(&&(pi, take)) = plan_iter.peek() else {
+                break;
+            };
+            if pi != i {
+                continue;
+            }
+            plan_iter.next();
+            let row = slot.as_mut().expect("planned slot is occupied");
+            let h = hidden_of(row);
+            let embeds: &[f32] = if take > 0 {
+                &row.prompt[row.prefilled * h..(row.prefilled + take) * h]
+            } else {
+                &row.next_input
+            };
+            batch.push(StepRow {
+                state: &mut row.state,
+                embeds,
+                adapter: row.adapter,
+            });
+        }
+        catch_unwind(AssertUnwindSafe(|| backend.step(&mut batch)))
+    };
+    let logits = match outcome {
+        Ok(l) => l,
+        Err(payload) => {
+            // The rows of a failed step have undefined caches: all of them fail.
+            let msg = format!("panic in the decoder step: {}", panic_message(&*payload));
+            let mut failed = Vec::new();
+            for &(i, _) in &plan {
+                failed.push(slots[i].take().expect("planned"));
+            }
+            publish(&mut shared.lock(), slots);
+            for mut row in failed {
+                row.sink
+                    .done(Outcome::Failed(RowError::Internal(msg.clone())));
+            }
+            return;
+        }
+    };
+    let mut freed = false;
+    let mut finished = Vec::new();
+    for (&(i, take), logits) in plan.iter().zip(logits) {
+        let row = slots[i].as_mut().expect("planned");
+        if take > 0 {
+            row.prefilled += take;
+            if row.in_prefill() {
+                continue;
+            }
+            row.prompt = Vec::new();
+            row.sink.first_logits(&logits);
+        }
+        let token = row.sampler.sample(&logits);
+        let (text, stop) = row.push_token(token, detok);
+        let alive = row.sink.token(token, &text);
+        if !alive {
+            slots[i] = None;
+            freed = true;
+            continue;
+        }
+        let reason = match stop {
+            RowEnd::Continue => {
+                row.next_input = backend.embed(&[token]);
+                continue;
+            }
+            RowEnd::Stop => FinishReason::Stop,
+            RowEnd::Length => FinishReason::Length,
+        };
+        let row = slots[i].take().expect("planned");
+        freed = true;
+        let outcome = Outcome::Finished {
+            reason,
+            prompt_tokens: row.prompt_tokens,
+            completion_tokens: row.tokens.len(),
+        };
+        finished.push((row, outcome));
+    }
+    // The slot is free (in the stats too) before its client hears that the request finished.
+    if freed {
+        publish(&mut shared.lock(), slots);
+    }
+    for (mut row, outcome) in finished {
+        row.sink.done(outcome);
+    }
+}

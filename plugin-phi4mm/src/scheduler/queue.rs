@@ -1,0 +1,102 @@
+//! Bounded admission and the media stage: a job is charged against the queue bounds at submit
+//! (or refused without any change), prepared on the media pool, then handed to the driver.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::{FinishReason, JobRest, Outcome, PrepareFn, Ready, Refusal, RowError, Shared};
+
+/// Charges a job against the bounds, or refuses it leaving the state untouched.
+pub(crate) fn admit(shared: &Shared, id: u64, prompt_tokens: usize) -> Result<(), Refusal> {
+    let cfg = &shared.config;
+    let mut st = shared.lock();
+    if st.draining {
+        return Err(Refusal::Unavailable("the model is draining".into()));
+    }
+    if st.waiting.contains_key(&id) || st.slots.iter().flatten().any(|(r, _, _)| *r == id) {
+        return Err(Refusal::Invalid(format!(
+            "request id {id} is already admitted"
+        )));
+    }
+    // Waiting jobs beyond the slots that are free now are the queue.
+    let free = st.slots.iter().filter(|s| s.is_none()).count();
+    if st.waiting.len() >= free + cfg.max_queued {
+        return Err(Refusal::Overloaded(format!(
+            "{} requests waiting ({} free slots + queue bound {})",
+            st.waiting.len(),
+            free,
+            cfg.max_queued
+        )));
+    }
+    // An empty queue takes any prompt, so one long prompt is not refused forever.
+    if !st.waiting.is_empty() && st.queued_tokens + prompt_tokens > cfg.max_queued_tokens {
+        return Err(Refusal::Overloaded(format!(
+            "{} prompt tokens waiting + {prompt_tokens} exceeds the bound {}",
+            st.queued_tokens, cfg.max_queued_tokens
+        )));
+    }
+    st.waiting.insert(id, prompt_tokens);
+    st.queued_tokens += prompt_tokens;
+    Ok(())
+}
+
+fn cancelled() -> Outcome {
+    Outcome::Finished {
+        reason: FinishReason::Cancelled,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+    }
+}
+
+/// Runs on the media pool: prepares the job unless it was cancelled meanwhile, then queues it
+/// for a slot. Panics in the front end or the encoders become `Failed`.
+pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, prepare: PrepareFn) {
+    let still_wanted = |job: &JobRest| {
+        let st = shared.lock();
+        !st.shutdown && st.waiting.contains_key(&job.id)
+    };
+    if !still_wanted(&job) {
+        return job.sink.done(cancelled());
+    }
+    if job.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        shared.lock().unqueue(job.id);
+        return job.sink.done(Outcome::Failed(RowError::Deadline));
+    }
+    let result = catch_unwind(AssertUnwindSafe(prepare)).unwrap_or_else(|payload| {
+        Err(RowError::Internal(format!(
+            "panic while preparing the request: {}",
+            panic_message(&*payload)
+        )))
+    });
+    let mut st = shared.lock();
+    if st.shutdown || !st.waiting.contains_key(&job.id) {
+        drop(st);
+        return job.sink.done(cancelled());
+    }
+    match result {
+        Ok(prepared) => {
+            // Charge the real prompt length from now on.
+            let charged = st
+                .waiting
+                .insert(job.id, prepared.prompt_tokens)
+                .unwrap_or(0);
+            st.queued_tokens = st.queued_tokens - charged + prepared.prompt_tokens;
+            job.prompt_tokens = prepared.prompt_tokens;
+            st.ready.push_back(Ready { job, prepared });
+            drop(st);
+            shared.wake.notify_all();
+        }
+        Err(e) => {
+            st.unqueue(job.id);
+            drop(st);
+            job.sink.done(Outcome::Failed(e));
+        }
+    }
+}
+
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}

@@ -1,0 +1,92 @@
+//! `phi4mm batch` on both fixture `mixed_batches`: requests from expanded ids plus the raw
+//! WAV / PNG inputs, all through the scheduler at once; every row equals the reference tokens.
+
+mod model_support;
+
+use std::process::Command;
+
+use model_support::*;
+
+fn run(batch: &str) {
+    let b = &manifest()["mixed_batches"][batch];
+    let inputs = fixture().join("inputs");
+    let requests: Vec<serde_json::Value> = b["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(b["adapter_names"].as_array().unwrap())
+        .map(|(case, adapter)| {
+            let case = case.as_str().unwrap();
+            let m = &manifest()["model_cases"]["cases"][case];
+            let ids: Vec<i64> = model_cases().i64(&format!("{case}.input_ids"));
+            let audio: Vec<String> = m["audios"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| {
+                    inputs
+                        .join(format!("{}.wav", a.as_str().unwrap()))
+                        .display()
+                        .to_string()
+                })
+                .collect();
+            let image: Vec<String> = m["images"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| {
+                    inputs
+                        .join(format!("{}.png", i["name"].as_str().unwrap()))
+                        .display()
+                        .to_string()
+                })
+                .collect();
+            let adapter = match adapter.as_str().unwrap() {
+                "__base__" => "none",
+                a => a,
+            };
+            serde_json::json!({
+                "input_ids": ids, "audio": audio, "image": image, "adapter": adapter,
+                "max_new_tokens": 8, "ignore_eos": true,
+            })
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("requests.json");
+    std::fs::write(&file, serde_json::to_vec(&requests).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+        .args(["batch", "--model"])
+        .arg(fixture().join("model"))
+        .arg("--requests")
+        .arg(&file)
+        .args(["--threads", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), requests.len());
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(
+            line["tokens"], b["greedy_tokens_per_row"][i],
+            "{batch} row {i}"
+        );
+    }
+}
+
+#[test]
+fn batch_cli_mixed_audio_text() {
+    run("mixed_audio_text");
+}
+
+#[test]
+fn batch_cli_mixed_image_text() {
+    run("mixed_image_text");
+}

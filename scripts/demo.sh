@@ -22,5 +22,21 @@ curl -s -i "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: applic
 echo "--- POST /v1/chat/completions (streaming, with usage)"
 curl -sN "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
   -d '{"model":"assistant","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"streamed token by token"}]}'
+# Phi4MM with the tiny fixture checkpoint: random weights, so the words are gibberish, but every
+# request runs the real front end, encoders, per-row adapters and decoder.
+FIX=tests/fixtures/phi4mm-tiny/inputs
+IMG=$(base64 -w0 "$FIX/img_small.png")
+WAV=$(base64 -w0 "$FIX/audio_16k.wav")
+echo "--- Phi4MM: text"
+curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"phi4mm","max_tokens":8,"temperature":0,"messages":[{"role":"user","content":"Hello"}]}'; echo
+echo "--- Phi4MM: image (data URI)"
+curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"phi4mm","max_tokens":8,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"Describe the image."},{"type":"image_url","image_url":{"url":"data:image/png;base64,'"$IMG"'"}}]}]}'; echo
+echo "--- Phi4MM: audio (input_audio)"
+curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"phi4mm","max_tokens":8,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What is said?"},{"type":"input_audio","input_audio":{"data":"'"$WAV"'","format":"wav"}}]}]}'; echo
+echo "--- Phi4MM: /v1/audio/transcriptions"
+curl -s "http://127.0.0.1:$PORT/v1/audio/transcriptions" -F model=phi4mm -F file=@"$FIX/audio_16k.wav"; echo
 echo "--- GET /admin/status (admin listener)"
 curl -s "http://127.0.0.1:$ADMIN_PORT/admin/status"; echo

@@ -4,9 +4,10 @@
 use rayon::prelude::*;
 
 use crate::checkpoint::schema::AUDIO_PREFIX;
-use crate::checkpoint::{AudioConfig, Checkpoint, TensorView};
+use crate::checkpoint::{AudioConfig, Checkpoint};
 
-use super::linear::{linear_new, sgemm, Matrix};
+use super::encoder_layers::{Linear, Norm};
+use super::linear::sgemm;
 use super::ops::{add_in_place, add_scaled, gelu_erf, layer_norm, silu, softmax};
 
 /// Which audio projection a request uses: `speech` without images, `vision` with them.
@@ -19,37 +20,8 @@ pub enum AudioBranch {
 
 const LN_EPS: f32 = 1e-5;
 
-struct Linear {
-    w: TensorView,
-    b: Vec<f32>,
-}
-
-impl Linear {
-    fn load(ck: &Checkpoint, prefix: &str) -> Self {
-        Linear {
-            w: ck.tensor(&format!("{prefix}.weight")).clone(),
-            b: ck.tensor(&format!("{prefix}.bias")).to_f32_vec(),
-        }
-    }
-
-    fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        linear_new(x, rows, Matrix::of(&self.w), Some(&self.b))
-    }
-}
-
-struct Norm {
-    w: Vec<f32>,
-    b: Vec<f32>,
-}
-
+/// The Conformer's LayerNorms all use the same epsilon.
 impl Norm {
-    fn load(ck: &Checkpoint, prefix: &str) -> Self {
-        Norm {
-            w: ck.tensor(&format!("{prefix}.weight")).to_f32_vec(),
-            b: ck.tensor(&format!("{prefix}.bias")).to_f32_vec(),
-        }
-    }
-
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         layer_norm(x, &self.w, &self.b, LN_EPS)
     }

@@ -9,6 +9,7 @@
 
 pub mod audio;
 pub mod decoder;
+mod encoder_layers;
 pub mod kv_cache;
 pub mod linear;
 pub mod lora;

@@ -6,7 +6,8 @@ use rayon::prelude::*;
 use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, TensorView, VisionConfig};
 
-use super::linear::{linear_new, sgemm, Matrix};
+use super::encoder_layers::{Linear, Norm};
+use super::linear::sgemm;
 use super::ops::{add_in_place, gelu_erf, gelu_tanh, layer_norm, softmax};
 
 /// One preprocessed image: global crop first, then the sub-crops in row-major order.
@@ -19,38 +20,6 @@ pub struct ImageInput {
     pub crops: usize,
     /// HD canvas `[height, width]` in pixels (multiples of the crop size).
     pub canvas: [usize; 2],
-}
-
-struct Linear {
-    w: TensorView,
-    b: Vec<f32>,
-}
-
-impl Linear {
-    fn load(ck: &Checkpoint, prefix: &str) -> Self {
-        Linear {
-            w: ck.tensor(&format!("{prefix}.weight")).clone(),
-            b: ck.tensor(&format!("{prefix}.bias")).to_f32_vec(),
-        }
-    }
-
-    fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        linear_new(x, rows, Matrix::of(&self.w), Some(&self.b))
-    }
-}
-
-struct Norm {
-    w: Vec<f32>,
-    b: Vec<f32>,
-}
-
-impl Norm {
-    fn load(ck: &Checkpoint, prefix: &str) -> Self {
-        Norm {
-            w: ck.tensor(&format!("{prefix}.weight")).to_f32_vec(),
-            b: ck.tensor(&format!("{prefix}.bias")).to_f32_vec(),
-        }
-    }
 }
 
 struct SiglipLayer {

@@ -2,6 +2,7 @@
 
 mod batch;
 mod bench;
+mod cache;
 mod generate;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,8 @@ enum Command {
     BenchCheckpoint(bench::BenchCheckpointArgs),
     /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
     Bench(bench::BenchArgs),
+    /// Inspect and clean the IREE artifact cache: ls, verify, gc.
+    Cache(cache::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -50,6 +53,7 @@ fn main() -> std::process::ExitCode {
         Command::Batch(args) => batch::run(args),
         Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Cache(args) => cache::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

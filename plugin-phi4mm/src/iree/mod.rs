@@ -1,0 +1,3 @@
+//! The IREE backend (feature `iree`).
+
+pub mod compiler;

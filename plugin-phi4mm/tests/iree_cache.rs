@@ -243,7 +243,8 @@ fn child_compiles(out: std::process::Output) -> u64 {
     );
     stdout
         .lines()
-        .find_map(|l| l.strip_prefix("CHILD_COMPILES="))
+        // With --nocapture the line may follow the harness's "test child_loader ... ".
+        .find_map(|l| l.split_once("CHILD_COMPILES=").map(|(_, n)| n))
         .unwrap_or_else(|| panic!("no count in child output: {stdout}"))
         .trim()
         .parse()

@@ -31,6 +31,7 @@ use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +104,8 @@ pub struct GcReport {
 pub struct ArtifactCache {
     dir: PathBuf,
     compiles: AtomicU64,
+    /// Temp files `open` swept, not yet reported by `gc`.
+    swept_on_open: Mutex<Vec<PathBuf>>,
 }
 
 /// Outcome of reading an entry without the lock.
@@ -117,10 +120,28 @@ impl ArtifactCache {
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, CacheError> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-        sweep::sweep_stale(&dir).map_err(io_err(&dir))?;
+        let swept = sweep::sweep_stale(&dir).map_err(io_err(&dir))?;
         Ok(ArtifactCache {
             dir,
             compiles: AtomicU64::new(0),
+            swept_on_open: Mutex::new(swept),
+        })
+    }
+
+    /// Opens an existing cache directory without changing anything in it (no sweep), for
+    /// inspection: `list` and `verify` (`phi4mm cache ls|verify`).
+    pub fn inspect(dir: impl Into<PathBuf>) -> Result<Self, CacheError> {
+        let dir = dir.into();
+        if !dir.is_dir() {
+            return Err(io_err(&dir)(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no cache directory",
+            )));
+        }
+        Ok(ArtifactCache {
+            dir,
+            compiles: AtomicU64::new(0),
+            swept_on_open: Mutex::new(Vec::new()),
         })
     }
 
@@ -249,7 +270,10 @@ impl ArtifactCache {
     /// torn down under its writer.
     pub fn gc(&self, opts: &GcOptions) -> Result<GcReport, CacheError> {
         let mut report = GcReport::default();
-        for t in sweep::sweep_stale(&self.dir).map_err(io_err(&self.dir))? {
+        let mut swept =
+            std::mem::take(&mut *self.swept_on_open.lock().unwrap_or_else(|e| e.into_inner()));
+        swept.extend(sweep::sweep_stale(&self.dir).map_err(io_err(&self.dir))?);
+        for t in swept {
             report.removed.push((t, "stale temp file".into()));
         }
         let now = SystemTime::now()

@@ -37,12 +37,17 @@ enum CacheCommand {
     },
 }
 
-fn open(dir: DirArg) -> anyhow::Result<ArtifactCache> {
+/// `gc` opens for writing (which also sweeps stale temp files); `ls` and `verify` only look.
+fn open(dir: DirArg, write: bool) -> anyhow::Result<ArtifactCache> {
     let dir = dir.dir.unwrap_or_else(ArtifactCache::default_dir);
     if !dir.is_dir() {
         bail!("no cache directory at {}", dir.display());
     }
-    Ok(ArtifactCache::open(dir)?)
+    Ok(if write {
+        ArtifactCache::open(dir)?
+    } else {
+        ArtifactCache::inspect(dir)?
+    })
 }
 
 fn short(key: &str) -> &str {
@@ -66,7 +71,7 @@ fn age(created_unix: u64) -> String {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         CacheCommand::Ls(dir) => {
-            let cache = open(dir)?;
+            let cache = open(dir, false)?;
             let entries = cache.list()?;
             println!(
                 "{:<28} {:<16} {:>12} {:<20} CREATED",
@@ -92,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         CacheCommand::Verify(dir) => {
-            let cache = open(dir)?;
+            let cache = open(dir, false)?;
             let results = cache.verify()?;
             let mut bad = 0;
             for (e, r) in &results {
@@ -115,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             older_than_days,
             keep_compiler_version,
         } => {
-            let cache = open(dir)?;
+            let cache = open(dir, true)?;
             let older_than = match older_than_days {
                 Some(d) if !(d >= 0.0 && d.is_finite()) => {
                     bail!("--older-than-days must be a non-negative number")

@@ -1,3 +1,11 @@
-//! The IREE backend (feature `iree`).
+//! The IREE-compiled backend (feature `iree`): StableHLO emitters, compilation through the
+//! verified artifact cache, and the IREE runtime on worker threads, driven by the same scheduler
+//! as the host backend.
 
 pub mod compiler;
+pub mod context;
+pub mod decoder;
+pub mod emit;
+pub mod mlir;
+pub mod weights;
+pub mod worker;

@@ -58,6 +58,27 @@ impl Rope {
         }
     }
 
+    /// The cos/sin tables [`Rope::apply`] uses for `n` tokens from `pos0`, `[n, rotary_dim/2]`
+    /// each, already scaled by the attention factor (for backends that rotate elsewhere).
+    pub fn cos_sin(&self, pos0: usize, n: usize, mode: RopeMode) -> (Vec<f32>, Vec<f32>) {
+        let inv = match mode {
+            RopeMode::Short => &self.inv_freq_short,
+            RopeMode::Long => &self.inv_freq_long,
+        };
+        let half = self.rotary_dim / 2;
+        let mut cos = Vec::with_capacity(n * half);
+        let mut sin = Vec::with_capacity(n * half);
+        for t in 0..n {
+            let p = (pos0 + t) as f32;
+            for &f in &inv[..half] {
+                let angle = p * f;
+                cos.push((angle as f64).cos() as f32 * self.attention_factor);
+                sin.push((angle as f64).sin() as f32 * self.attention_factor);
+            }
+        }
+        (cos, sin)
+    }
+
     /// Rotates the first `rotary_dim` channels of each head of `x` (`[n, heads·head_dim]`),
     /// token `t` at position `pos0 + t`.
     pub fn apply(&self, x: &mut [f32], heads: usize, pos0: usize, mode: RopeMode) {

@@ -1,0 +1,425 @@
+//! The text decoder as StableHLO: `prefill` (one row, a chunk of up to `chunk` tokens) and
+//! `decode_b{B}` (B rows, one token each), in one module `decoder`.
+//!
+//! Shapes are static: every row's KV cache is a `[layers, capacity, kv_heads·head_dim]` pair of
+//! arguments that the function returns updated (the caller keeps the returned buffers as the row's
+//! new cache), positions are runtime arguments, and keys past a row's position are masked out — so
+//! one compiled module serves every prompt length up to the capacity. RoPE cos/sin come from the
+//! host (they depend on the LongRoPE mode, which the host decides per row, exactly as the host
+//! backend does). Per-row LoRA: each adapter's A and B run over all rows of the call, multiplied
+//! by a per-row 0/1 mask, so rows choose their adapter at run time with no global adapter state.
+
+use crate::checkpoint::{AdapterName, Checkpoint, TextConfig};
+
+use crate::iree::mlir::{self, Bin, Cmp, DType, Func, Ty, V};
+use crate::iree::weights::Weights;
+
+/// Static sizes a decoder module is built for (part of its cache identity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderShape {
+    /// KV positions per row. Must exceed the longest prompt + new tokens + `chunk`.
+    pub capacity: usize,
+    /// Tokens per prefill call.
+    pub chunk: usize,
+    /// Decode batch sizes compiled (`decode_b{B}` for each).
+    pub batches: &'static [usize],
+}
+
+/// Emitted module text and its weight schema.
+pub struct DecoderModule {
+    pub mlir: String,
+    pub weights: Weights,
+}
+
+struct LoraW {
+    a: V,
+    b: V,
+    scale: f32,
+}
+
+struct ProjW {
+    base: V,
+    speech: Option<LoraW>,
+    vision: Option<LoraW>,
+}
+
+struct LayerW {
+    input_norm: V,
+    post_norm: V,
+    qkv: ProjW,
+    o: ProjW,
+    gate_up: ProjW,
+    down: ProjW,
+}
+
+struct DecoderW {
+    layers: Vec<LayerW>,
+    norm: V,
+    lm_head: V,
+}
+
+/// Declares every weight as an argument of `f`, in the module's fixed order.
+fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
+    let c = &ck.config.text;
+    let proj = |f: &mut Func, w: &mut Weights, i: usize, module: &str| {
+        let name = format!("model.layers.{i}.{module}.weight");
+        let base = w.arg(f, &name, ck.tensor(&name));
+        let mut lora = |adapter: AdapterName| {
+            let cfg = match adapter {
+                AdapterName::Speech => ck.config.speech_lora,
+                AdapterName::Vision => ck.config.vision_lora,
+            }?;
+            let (a, b) = ck.lora(i, module, adapter)?;
+            let tag = adapter.as_str();
+            Some(LoraW {
+                a: w.arg(f, &format!("model.layers.{i}.{module}.lora_A.{tag}"), a),
+                b: w.arg(f, &format!("model.layers.{i}.{module}.lora_B.{tag}"), b),
+                scale: cfg.scale(),
+            })
+        };
+        let speech = lora(AdapterName::Speech);
+        let vision = lora(AdapterName::Vision);
+        ProjW {
+            base,
+            speech,
+            vision,
+        }
+    };
+    let layers = (0..c.num_layers)
+        .map(|i| {
+            let n1 = format!("model.layers.{i}.input_layernorm.weight");
+            let n2 = format!("model.layers.{i}.post_attention_layernorm.weight");
+            LayerW {
+                input_norm: w.arg(f, &n1, ck.tensor(&n1)),
+                post_norm: w.arg(f, &n2, ck.tensor(&n2)),
+                qkv: proj(f, w, i, "self_attn.qkv_proj"),
+                o: proj(f, w, i, "self_attn.o_proj"),
+                gate_up: proj(f, w, i, "mlp.gate_up_proj"),
+                down: proj(f, w, i, "mlp.down_proj"),
+            }
+        })
+        .collect();
+    let norm = w.arg(f, "model.norm.weight", ck.tensor("model.norm.weight"));
+    let head_name = if c.tie_word_embeddings {
+        "model.embed_tokens.weight"
+    } else {
+        "lm_head.weight"
+    };
+    let lm_head = w.arg(f, head_name, ck.tensor(head_name));
+    DecoderW {
+        layers,
+        norm,
+        lm_head,
+    }
+}
+
+/// `x · Wᵀ` plus each adapter's `scale · (m ⊙ (x·Aᵀ))·Bᵀ`, `m` the per-row mask of that adapter.
+fn proj(f: &mut Func, x: &V, p: &ProjW, speech_mask: &V, vision_mask: &V) -> V {
+    let mut y = f.linear_t(x, &p.base);
+    for (lora, mask) in [(&p.speech, speech_mask), (&p.vision, vision_mask)] {
+        if let Some(l) = lora {
+            let ax = f.linear_t(x, &l.a);
+            let m = f.broadcast(mask, &ax.ty.shape.clone(), &[0]);
+            let ax = f.mul(&ax, &m);
+            let bax = f.linear_t(&ax, &l.b);
+            let bax = f.scale(&bax, l.scale);
+            y = f.add(&y, &bax);
+        }
+    }
+    y
+}
+
+/// Rotates the first `rotary_dim` channels of every head: `x` `[n, heads, head_dim]`, cos/sin
+/// `[n, rotary_dim/2]` (already scaled by the LongRoPE attention factor).
+fn rope(f: &mut Func, x: &V, cos: &V, sin: &V, c: &TextConfig) -> V {
+    let (n, heads, hd) = (x.dim(0), x.dim(1), x.dim(2));
+    let half = c.rotary_dim / 2;
+    let a = f.slice(x, &[0, 0, 0], &[n, heads, half]);
+    let b = f.slice(x, &[0, 0, half], &[n, heads, 2 * half]);
+    let shape = [n, heads, half];
+    let cos = f.broadcast(cos, &shape, &[0, 2]);
+    let sin = f.broadcast(sin, &shape, &[0, 2]);
+    let ac = f.mul(&a, &cos);
+    let bs = f.mul(&b, &sin);
+    let ra = f.sub(&ac, &bs);
+    let bc = f.mul(&b, &cos);
+    let as_ = f.mul(&a, &sin);
+    let rb = f.add(&bc, &as_);
+    if 2 * half == hd {
+        f.concat(&[&ra, &rb], 2)
+    } else {
+        let pass = f.slice(x, &[0, 0, 2 * half], &[n, heads, hd]);
+        f.concat(&[&ra, &rb, &pass], 2)
+    }
+}
+
+#[doc(hidden)]
+pub fn rope_for_test(f: &mut Func, x: &V, cos: &V, sin: &V, c: &TextConfig) -> V {
+    rope(f, x, cos, sin, c)
+}
+
+/// Causal GQA attention of one row's `n` new tokens (queries `[n, heads·hd]`, first at `pos0`)
+/// against its cache `[capacity, kv_heads·hd]` (which already holds the new keys/values).
+fn attention(f: &mut Func, q: &V, k: &V, v: &V, pos0: &V, c: &TextConfig) -> V {
+    let n = q.dim(0);
+    let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
+    let g = nh / nkv;
+    let cap = k.dim(0);
+    let q = f.reshape(q, &[n, nkv, g, hd]);
+    let q = f.transpose(&q, &[1, 0, 2, 3]);
+    let q = f.reshape(&q, &[nkv, n * g, hd]);
+    let k = f.reshape(k, &[cap, nkv, hd]);
+    let v = f.reshape(v, &[cap, nkv, hd]);
+    let s = f.dot_general(&q, &k, (&[0], &[1]), (&[2], &[2])); // [nkv, n·g, cap]
+    let s = f.scale(&s, 1.0 / (hd as f32).sqrt());
+    // Query i (position pos0 + i) sees keys 0..=pos0 + i.
+    let s = f.reshape(&s, &[nkv, n, g, cap]);
+    let shape = [nkv, n, g, cap];
+    let key = f.iota(&shape, 3, DType::I32);
+    let qi = f.iota(&shape, 1, DType::I32);
+    let p0 = f.broadcast(pos0, &shape, &[]);
+    let qpos = f.add(&qi, &p0);
+    let visible = f.compare(&key, &qpos, Cmp::Le);
+    let ninf = f.splat(f32::NEG_INFINITY, &shape);
+    let s = f.select(&visible, &s, &ninf);
+    let p = f.softmax_last(&s);
+    let p = f.reshape(&p, &[nkv, n * g, cap]);
+    let o = f.dot_general(&p, &v, (&[0], &[1]), (&[2], &[0])); // [nkv, n·g, hd]
+    let o = f.reshape(&o, &[nkv, n, g, hd]);
+    let o = f.transpose(&o, &[1, 0, 2, 3]);
+    f.reshape(&o, &[n, nh * hd])
+}
+
+/// Appends one row's new keys/values to its cache at layer `li` and attends over it.
+fn cached_attention(
+    f: &mut Func,
+    li: usize,
+    q: &V,
+    k: &V,
+    v: &V,
+    r: &mut RowArgs,
+    c: &TextConfig,
+) -> V {
+    let (n, kw) = (k.dim(0), k.dim(1));
+    let cap = r.k.dim(1);
+    let kr = f.reshape(k, &[1, n, kw]);
+    let vr = f.reshape(v, &[1, n, kw]);
+    let l = f.splat_i32(li as i32, &[]);
+    let zero = f.splat_i32(0, &[]);
+    r.k = f.dynamic_update_slice(&r.k, &kr, &[&l, &r.pos0, &zero]);
+    r.v = f.dynamic_update_slice(&r.v, &vr, &[&l, &r.pos0, &zero]);
+    let kc = f.dynamic_slice(&r.k, &[&l, &zero, &zero], &[1, cap, kw]);
+    let vc = f.dynamic_slice(&r.v, &[&l, &zero, &zero], &[1, cap, kw]);
+    let kc = f.reshape(&kc, &[cap, kw]);
+    let vc = f.reshape(&vc, &[cap, kw]);
+    attention(f, q, &kc, &vc, &r.pos0, c)
+}
+
+#[doc(hidden)]
+/// Test access: `(q, k, v, pos0 [1], k_cache, v_cache)` → `(out, k_cache', v_cache')` at layer 0.
+pub fn cached_attention_for_test(
+    f: &mut Func,
+    q: &V,
+    k: &V,
+    v: &V,
+    pos: &V,
+    kc: &V,
+    vc: &V,
+    c: &TextConfig,
+) -> Vec<V> {
+    let pos0 = f.scalar_at(pos, 0);
+    let mut r = RowArgs {
+        x_rows: (0, q.dim(0)),
+        pos0,
+        k: kc.clone(),
+        v: vc.clone(),
+    };
+    let o = cached_attention(f, 0, q, k, v, &mut r, c);
+    vec![o, r.k, r.v]
+}
+
+#[doc(hidden)]
+/// Test access: the first `upto` layers over `x` `[n, hidden]` at position 0 with no adapter.
+pub fn layers_for_test(f: &mut Func, w: &mut Weights, ck: &Checkpoint, n: usize, upto: usize) -> V {
+    let c = &ck.config.text;
+    let mut dw = declare(f, w, ck);
+    dw.layers.truncate(upto);
+    let x = f.arg(Ty::f32(&[n, c.hidden_size]));
+    let cos = f.arg(Ty::f32(&[n, c.rotary_dim / 2]));
+    let sin = f.arg(Ty::f32(&[n, c.rotary_dim / 2]));
+    let kc = f.arg(Ty::f32(&[c.num_layers, 128, c.num_kv_heads * c.head_dim]));
+    let zero = f.splat(0.0, &[n]);
+    let pos0 = f.splat_i32(0, &[]);
+    let mut rows = [RowArgs {
+        x_rows: (0, n),
+        pos0,
+        k: kc.clone(),
+        v: kc,
+    }];
+    layers(f, &dw, c, x, &cos, &sin, (&zero, &zero), &mut rows)
+}
+
+/// Per-row inputs of one function.
+struct RowArgs {
+    /// `[n, hidden]` for this row.
+    x_rows: (usize, usize),
+    pos0: V,
+    k: V,
+    v: V,
+}
+
+/// The layer stack over `x` `[rows, hidden]` whose rows belong to `row_args` (contiguous
+/// ranges); returns the final hidden states and each row's updated cache.
+fn layers(
+    f: &mut Func,
+    w: &DecoderW,
+    c: &TextConfig,
+    mut x: V,
+    cos: &V,
+    sin: &V,
+    masks: (&V, &V),
+    rows: &mut [RowArgs],
+) -> V {
+    let total = x.dim(0);
+    let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
+    let (qw, kw) = (nh * hd, nkv * hd);
+    let inter = c.intermediate_size;
+    for (li, lw) in w.layers.iter().enumerate() {
+        let normed = f.rms_norm(&x, &lw.input_norm, c.rms_norm_eps);
+        let qkv = proj(f, &normed, &lw.qkv, masks.0, masks.1);
+        let q = f.slice(&qkv, &[0, 0], &[total, qw]);
+        let k = f.slice(&qkv, &[0, qw], &[total, qw + kw]);
+        let v = f.slice(&qkv, &[0, qw + kw], &[total, qw + 2 * kw]);
+        let q = f.reshape(&q, &[total, nh, hd]);
+        let q = rope(f, &q, cos, sin, c);
+        let q = f.reshape(&q, &[total, qw]);
+        let k = f.reshape(&k, &[total, nkv, hd]);
+        let k = rope(f, &k, cos, sin, c);
+        let k = f.reshape(&k, &[total, kw]);
+        let mut outs = Vec::with_capacity(rows.len());
+        for r in rows.iter_mut() {
+            let (t0, n) = r.x_rows;
+            let qr = f.slice(&q, &[t0, 0], &[t0 + n, qw]);
+            let kr = f.slice(&k, &[t0, 0], &[t0 + n, kw]);
+            let vr = f.slice(&v, &[t0, 0], &[t0 + n, kw]);
+            outs.push(cached_attention(f, li, &qr, &kr, &vr, r, c));
+        }
+        let refs: Vec<&V> = outs.iter().collect();
+        let attn = if refs.len() == 1 {
+            outs[0].clone()
+        } else {
+            f.concat(&refs, 0)
+        };
+        let o = proj(f, &attn, &lw.o, masks.0, masks.1);
+        x = f.add(&x, &o);
+
+        let normed = f.rms_norm(&x, &lw.post_norm, c.rms_norm_eps);
+        let gu = proj(f, &normed, &lw.gate_up, masks.0, masks.1);
+        let gate = f.slice(&gu, &[0, 0], &[total, inter]);
+        let up = f.slice(&gu, &[0, inter], &[total, 2 * inter]);
+        let act = f.silu(&gate);
+        let act = f.bin(Bin::Mul, &up, &act);
+        let d = proj(f, &act, &lw.down, masks.0, masks.1);
+        x = f.add(&x, &d);
+    }
+    x
+}
+
+fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &V) -> V {
+    let normed = f.rms_norm(last, &w.norm, c.rms_norm_eps);
+    f.linear_t(&normed, &w.lm_head)
+}
+
+/// `prefill(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin [chunk, rot/2],
+/// adapter_masks [chunk, 2], k, v [layers, capacity, kv]) → (logits [1, vocab] of token n−1, k, v)`.
+fn emit_prefill(ck: &Checkpoint, s: DecoderShape, w: &mut Weights) -> Func {
+    let c = &ck.config.text;
+    let mut f = Func::new("prefill");
+    let dw = declare(&mut f, w, ck);
+    let (h, half, kw) = (c.hidden_size, c.rotary_dim / 2, c.num_kv_heads * c.head_dim);
+    let n = s.chunk;
+    let x = f.arg(Ty::f32(&[n, h]));
+    let valid = f.arg(Ty::i32(&[1]));
+    let pos = f.arg(Ty::i32(&[1]));
+    let cos = f.arg(Ty::f32(&[n, half]));
+    let sin = f.arg(Ty::f32(&[n, half]));
+    let masks = f.arg(Ty::f32(&[n, 2]));
+    let cache = Ty::f32(&[c.num_layers, s.capacity, kw]);
+    let k = f.arg(cache.clone());
+    let v = f.arg(cache);
+    let sm = f.slice(&masks, &[0, 0], &[n, 1]);
+    let sm = f.reshape(&sm, &[n]);
+    let vm = f.slice(&masks, &[0, 1], &[n, 2]);
+    let vm = f.reshape(&vm, &[n]);
+    let pos0 = f.scalar_at(&pos, 0);
+    let mut rows = [RowArgs {
+        x_rows: (0, n),
+        pos0,
+        k,
+        v,
+    }];
+    let x = layers(&mut f, &dw, c, x, &cos, &sin, (&sm, &vm), &mut rows);
+    // Only token n−1 feeds the head.
+    let one = f.splat_i32(1, &[]);
+    let nv = f.scalar_at(&valid, 0);
+    let last_i = f.sub(&nv, &one);
+    let zero = f.splat_i32(0, &[]);
+    let last = f.dynamic_slice(&x, &[&last_i, &zero], &[1, h]);
+    let logits = head(&mut f, &dw, c, &last);
+    let [row] = rows;
+    f.ret(vec![logits, row.k, row.v]);
+    f
+}
+
+/// `decode_b{B}(weights…, embeds [B, hidden], pos [B] i32, cos, sin [B, rot/2],
+/// adapter_masks [B, 2], k_0, v_0, …, k_{B−1}, v_{B−1}) → (logits [B, vocab], k_0, v_0, …)`.
+fn emit_decode(ck: &Checkpoint, s: DecoderShape, b: usize, w: &mut Weights) -> Func {
+    let c = &ck.config.text;
+    let mut f = Func::new(&format!("decode_b{b}"));
+    let dw = declare(&mut f, w, ck);
+    let (h, half, kw) = (c.hidden_size, c.rotary_dim / 2, c.num_kv_heads * c.head_dim);
+    let x = f.arg(Ty::f32(&[b, h]));
+    let pos = f.arg(Ty::i32(&[b]));
+    let cos = f.arg(Ty::f32(&[b, half]));
+    let sin = f.arg(Ty::f32(&[b, half]));
+    let masks = f.arg(Ty::f32(&[b, 2]));
+    let cache = Ty::f32(&[c.num_layers, s.capacity, kw]);
+    let mut rows: Vec<RowArgs> = Vec::with_capacity(b);
+    for r in 0..b {
+        let k = f.arg(cache.clone());
+        let v = f.arg(cache.clone());
+        let pos0 = f.scalar_at(&pos, r);
+        rows.push(RowArgs {
+            x_rows: (r, 1),
+            pos0,
+            k,
+            v,
+        });
+    }
+    let sm = f.slice(&masks, &[0, 0], &[b, 1]);
+    let sm = f.reshape(&sm, &[b]);
+    let vm = f.slice(&masks, &[0, 1], &[b, 2]);
+    let vm = f.reshape(&vm, &[b]);
+    let x = layers(&mut f, &dw, c, x, &cos, &sin, (&sm, &vm), &mut rows);
+    let logits = head(&mut f, &dw, c, &x);
+    let mut results = vec![logits];
+    for r in rows {
+        results.push(r.k);
+        results.push(r.v);
+    }
+    f.ret(results);
+    f
+}
+
+/// The whole decoder module.
+pub fn emit(ck: &Checkpoint, s: DecoderShape) -> DecoderModule {
+    let mut w = Weights::default();
+    let mut funcs = vec![emit_prefill(ck, s, &mut w)];
+    for &b in s.batches {
+        funcs.push(emit_decode(ck, s, b, &mut w));
+    }
+    DecoderModule {
+        mlir: mlir::module("decoder", &funcs),
+        weights: w,
+    }
+}

@@ -1,0 +1,4 @@
+//! Emitters: each component of the model as a StableHLO module (MLIR text) plus its ordered
+//! weight schema.
+
+pub mod decoder;

@@ -1,0 +1,729 @@
+//! A small builder for StableHLO functions as MLIR text.
+//!
+//! Every op is printed in MLIR's generic form (`"stablehlo.add"(%a, %b) : (...) -> ...`), which
+//! needs no knowledge of each op's custom pretty syntax and is stable across IREE releases. Values
+//! carry their static type, so shapes are checked here, when the emitter runs, with a message that
+//! names the op — not later inside the compiler.
+
+use std::fmt::Write as _;
+
+/// Element types the emitters use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    Bf16,
+    I16,
+    I32,
+    I1,
+}
+
+impl DType {
+    pub fn mlir(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I1 => "i1",
+        }
+    }
+}
+
+/// A static tensor type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Ty {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl Ty {
+    pub fn new(shape: &[usize], dtype: DType) -> Self {
+        Ty {
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+
+    pub fn f32(shape: &[usize]) -> Self {
+        Ty::new(shape, DType::F32)
+    }
+
+    pub fn i32(shape: &[usize]) -> Self {
+        Ty::new(shape, DType::I32)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    fn with_dtype(&self, dtype: DType) -> Ty {
+        Ty::new(&self.shape, dtype)
+    }
+}
+
+impl std::fmt::Display for Ty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("tensor<")?;
+        for d in &self.shape {
+            write!(f, "{d}x")?;
+        }
+        write!(f, "{}>", self.dtype.mlir())
+    }
+}
+
+/// An SSA value of a function under construction.
+#[derive(Clone, Debug)]
+pub struct V {
+    name: String,
+    pub ty: Ty,
+}
+
+impl V {
+    pub fn shape(&self) -> &[usize] {
+        &self.ty.shape
+    }
+
+    pub fn dim(&self, i: usize) -> usize {
+        self.ty.shape[i]
+    }
+}
+
+fn list(xs: &[usize]) -> String {
+    xs.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn arr(xs: &[usize]) -> String {
+    if xs.is_empty() {
+        "array<i64>".into()
+    } else {
+        format!("array<i64: {}>", list(xs))
+    }
+}
+
+/// Elementwise binary ops.
+#[derive(Clone, Copy)]
+pub enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    And,
+}
+
+/// Elementwise unary ops.
+#[derive(Clone, Copy)]
+pub enum Un {
+    Exp,
+    Log,
+    Rsqrt,
+    Sqrt,
+    Tanh,
+    Logistic,
+    Neg,
+    Abs,
+    Erf,
+}
+
+/// Comparison directions.
+#[derive(Clone, Copy)]
+pub enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Clone, Copy)]
+pub enum Reduce {
+    Sum,
+    Max,
+}
+
+/// One `func.func` being built.
+pub struct Func {
+    name: String,
+    args: Vec<V>,
+    body: String,
+    next: usize,
+    results: Vec<V>,
+}
+
+impl Func {
+    pub fn new(name: &str) -> Self {
+        Func {
+            name: name.into(),
+            args: Vec::new(),
+            body: String::new(),
+            next: 0,
+            results: Vec::new(),
+        }
+    }
+
+    /// Declares the next function argument.
+    pub fn arg(&mut self, ty: Ty) -> V {
+        let v = V {
+            name: format!("%arg{}", self.args.len()),
+            ty,
+        };
+        self.args.push(v.clone());
+        v
+    }
+
+    pub fn ret(&mut self, results: Vec<V>) {
+        self.results = results;
+    }
+
+    fn fresh(&mut self, ty: Ty) -> V {
+        let v = V {
+            name: format!("%{}", self.next),
+            ty,
+        };
+        self.next += 1;
+        v
+    }
+
+    /// Emits `%r = "op"(operands) {attrs} : (types) -> type`.
+    fn op(&mut self, op: &str, operands: &[&V], attrs: &str, out: Ty) -> V {
+        let r = self.fresh(out);
+        let names: Vec<&str> = operands.iter().map(|v| v.name.as_str()).collect();
+        let tys: Vec<String> = operands.iter().map(|v| v.ty.to_string()).collect();
+        let attrs = if attrs.is_empty() {
+            String::new()
+        } else {
+            format!(" {{{attrs}}}")
+        };
+        writeln!(
+            self.body,
+            "    {} = \"stablehlo.{op}\"({}){attrs} : ({}) -> {}",
+            r.name,
+            names.join(", "),
+            tys.join(", "),
+            r.ty
+        )
+        .unwrap();
+        r
+    }
+
+    // ----- constants and shapes -------------------------------------------------------------
+
+    /// A tensor filled with one f32 value.
+    pub fn splat(&mut self, value: f32, shape: &[usize]) -> V {
+        let ty = Ty::f32(shape);
+        // Hex bit pattern: exact, and covers infinities.
+        let attrs = format!("value = dense<0x{:08X}> : {ty}", value.to_bits());
+        self.constant(&attrs, ty)
+    }
+
+    pub fn splat_i32(&mut self, value: i32, shape: &[usize]) -> V {
+        let ty = Ty::i32(shape);
+        let attrs = format!("value = dense<{value}> : {ty}");
+        self.constant(&attrs, ty)
+    }
+
+    /// A 1-D f32 constant with the given values.
+    pub fn const_f32(&mut self, values: &[f32]) -> V {
+        let ty = Ty::f32(&[values.len()]);
+        let body: Vec<String> = values
+            .iter()
+            .map(|v| format!("0x{:08X}", v.to_bits()))
+            .collect();
+        let attrs = format!("value = dense<[{}]> : {ty}", body.join(", "));
+        self.constant(&attrs, ty)
+    }
+
+    fn constant(&mut self, attrs: &str, ty: Ty) -> V {
+        let r = self.fresh(ty);
+        writeln!(
+            self.body,
+            "    {} = \"stablehlo.constant\"() {{{attrs}}} : () -> {}",
+            r.name, r.ty
+        )
+        .unwrap();
+        r
+    }
+
+    pub fn iota(&mut self, shape: &[usize], dim: usize, dtype: DType) -> V {
+        self.op(
+            "iota",
+            &[],
+            &format!("iota_dimension = {dim} : i64"),
+            Ty::new(shape, dtype),
+        )
+    }
+
+    pub fn reshape(&mut self, x: &V, shape: &[usize]) -> V {
+        let ty = Ty::new(shape, x.ty.dtype);
+        assert_eq!(ty.numel(), x.ty.numel(), "reshape {} → {ty}", x.ty);
+        self.op("reshape", &[x], "", ty)
+    }
+
+    pub fn transpose(&mut self, x: &V, perm: &[usize]) -> V {
+        assert_eq!(perm.len(), x.ty.rank(), "transpose rank");
+        let shape: Vec<usize> = perm.iter().map(|&p| x.dim(p)).collect();
+        self.op(
+            "transpose",
+            &[x],
+            &format!("permutation = {}", arr(perm)),
+            Ty::new(&shape, x.ty.dtype),
+        )
+    }
+
+    /// Broadcasts `x` to `shape`, `dims[i]` being the output dimension of `x`'s dimension i.
+    pub fn broadcast(&mut self, x: &V, shape: &[usize], dims: &[usize]) -> V {
+        assert_eq!(dims.len(), x.ty.rank(), "broadcast dims");
+        for (i, &d) in dims.iter().enumerate() {
+            assert!(
+                x.dim(i) == shape[d] || x.dim(i) == 1,
+                "broadcast {} → {shape:?}",
+                x.ty
+            );
+        }
+        self.op(
+            "broadcast_in_dim",
+            &[x],
+            &format!("broadcast_dimensions = {}", arr(dims)),
+            Ty::new(shape, x.ty.dtype),
+        )
+    }
+
+    /// Broadcasts `x` along new leading dimensions (numpy-style trailing alignment).
+    pub fn broadcast_trailing(&mut self, x: &V, shape: &[usize]) -> V {
+        if x.shape() == shape {
+            return x.clone();
+        }
+        let off = shape.len() - x.ty.rank();
+        let dims: Vec<usize> = (off..shape.len()).collect();
+        self.broadcast(x, shape, &dims)
+    }
+
+    pub fn slice(&mut self, x: &V, start: &[usize], limit: &[usize]) -> V {
+        let strides = vec![1; start.len()];
+        self.slice_strided(x, start, limit, &strides)
+    }
+
+    pub fn slice_strided(
+        &mut self,
+        x: &V,
+        start: &[usize],
+        limit: &[usize],
+        strides: &[usize],
+    ) -> V {
+        let shape: Vec<usize> = (0..start.len())
+            .map(|i| {
+                assert!(
+                    limit[i] <= x.dim(i) && start[i] <= limit[i],
+                    "slice of {}",
+                    x.ty
+                );
+                (limit[i] - start[i]).div_ceil(strides[i])
+            })
+            .collect();
+        self.op(
+            "slice",
+            &[x],
+            &format!(
+                "start_indices = {}, limit_indices = {}, strides = {}",
+                arr(start),
+                arr(limit),
+                arr(strides)
+            ),
+            Ty::new(&shape, x.ty.dtype),
+        )
+    }
+
+    /// Slice along one dimension.
+    pub fn slice_dim(&mut self, x: &V, dim: usize, start: usize, limit: usize) -> V {
+        let mut s = vec![0; x.ty.rank()];
+        let mut l = x.shape().to_vec();
+        s[dim] = start;
+        l[dim] = limit;
+        self.slice(x, &s, &l)
+    }
+
+    pub fn concat(&mut self, xs: &[&V], dim: usize) -> V {
+        let mut shape = xs[0].shape().to_vec();
+        shape[dim] = xs.iter().map(|x| x.dim(dim)).sum();
+        self.op(
+            "concatenate",
+            xs,
+            &format!("dimension = {dim} : i64"),
+            Ty::new(&shape, xs[0].ty.dtype),
+        )
+    }
+
+    pub fn convert(&mut self, x: &V, dtype: DType) -> V {
+        if x.ty.dtype == dtype {
+            return x.clone();
+        }
+        self.op("convert", &[x], "", x.ty.with_dtype(dtype))
+    }
+
+    /// Reinterprets bits (i16 ↔ bf16): weights travel as raw 16-bit words.
+    pub fn bitcast(&mut self, x: &V, dtype: DType) -> V {
+        self.op("bitcast_convert", &[x], "", x.ty.with_dtype(dtype))
+    }
+
+    /// `tensor<i32>` scalar from a 1-element slice of a 1-D i32 tensor.
+    pub fn scalar_at(&mut self, x: &V, i: usize) -> V {
+        let s = self.slice(x, &[i], &[i + 1]);
+        self.reshape(&s, &[])
+    }
+
+    pub fn dynamic_slice(&mut self, x: &V, starts: &[&V], sizes: &[usize]) -> V {
+        let mut ops: Vec<&V> = vec![x];
+        ops.extend_from_slice(starts);
+        self.op(
+            "dynamic_slice",
+            &ops,
+            &format!("slice_sizes = {}", arr(sizes)),
+            Ty::new(sizes, x.ty.dtype),
+        )
+    }
+
+    pub fn dynamic_update_slice(&mut self, x: &V, update: &V, starts: &[&V]) -> V {
+        let mut ops: Vec<&V> = vec![x, update];
+        ops.extend_from_slice(starts);
+        self.op("dynamic_update_slice", &ops, "", x.ty.clone())
+    }
+
+    // ----- elementwise ----------------------------------------------------------------------
+
+    /// Elementwise binary op; a lower-rank operand is broadcast along leading dimensions.
+    pub fn bin(&mut self, op: Bin, a: &V, b: &V) -> V {
+        let (a, b) = if a.ty.rank() >= b.ty.rank() {
+            let b = self.broadcast_trailing(b, a.shape());
+            (a.clone(), b)
+        } else {
+            let a = self.broadcast_trailing(a, b.shape());
+            (a, b.clone())
+        };
+        assert_eq!(a.shape(), b.shape(), "elementwise shapes");
+        let name = match op {
+            Bin::Add => "add",
+            Bin::Sub => "subtract",
+            Bin::Mul => "multiply",
+            Bin::Div => "divide",
+            Bin::Max => "maximum",
+            Bin::Min => "minimum",
+            Bin::Pow => "power",
+            Bin::And => "and",
+        };
+        let ty = a.ty.clone();
+        self.op(name, &[&a, &b], "", ty)
+    }
+
+    pub fn add(&mut self, a: &V, b: &V) -> V {
+        self.bin(Bin::Add, a, b)
+    }
+
+    pub fn sub(&mut self, a: &V, b: &V) -> V {
+        self.bin(Bin::Sub, a, b)
+    }
+
+    pub fn mul(&mut self, a: &V, b: &V) -> V {
+        self.bin(Bin::Mul, a, b)
+    }
+
+    pub fn div(&mut self, a: &V, b: &V) -> V {
+        self.bin(Bin::Div, a, b)
+    }
+
+    /// `x · s` for a scalar constant.
+    pub fn scale(&mut self, x: &V, s: f32) -> V {
+        let c = self.splat(s, &[]);
+        let c = self.broadcast(&c, &x.ty.shape.clone(), &[]);
+        self.mul(x, &c)
+    }
+
+    /// `x + s` for a scalar constant.
+    pub fn add_scalar(&mut self, x: &V, s: f32) -> V {
+        let c = self.splat(s, &[]);
+        let c = self.broadcast(&c, &x.ty.shape.clone(), &[]);
+        self.add(x, &c)
+    }
+
+    pub fn un(&mut self, op: Un, x: &V) -> V {
+        if let Un::Erf = op {
+            return self.erf(x);
+        }
+        let name = match op {
+            Un::Exp => "exponential",
+            Un::Log => "log",
+            Un::Rsqrt => "rsqrt",
+            Un::Sqrt => "sqrt",
+            Un::Tanh => "tanh",
+            Un::Logistic => "logistic",
+            Un::Neg => "negate",
+            Un::Abs => "abs",
+            Un::Erf => unreachable!(),
+        };
+        self.op(name, &[x], "", x.ty.clone())
+    }
+
+    /// `chlo.erf` (StableHLO has no erf; IREE lowers the CHLO op).
+    fn erf(&mut self, x: &V) -> V {
+        let r = self.fresh(x.ty.clone());
+        writeln!(
+            self.body,
+            "    {} = \"chlo.erf\"({}) : ({}) -> {}",
+            r.name, x.name, x.ty, r.ty
+        )
+        .unwrap();
+        r
+    }
+
+    pub fn compare(&mut self, a: &V, b: &V, dir: Cmp) -> V {
+        assert_eq!(a.shape(), b.shape(), "compare shapes");
+        let d = match dir {
+            Cmp::Eq => "EQ",
+            Cmp::Ne => "NE",
+            Cmp::Lt => "LT",
+            Cmp::Le => "LE",
+            Cmp::Gt => "GT",
+            Cmp::Ge => "GE",
+        };
+        self.op(
+            "compare",
+            &[a, b],
+            &format!("comparison_direction = #stablehlo<comparison_direction {d}>"),
+            a.ty.with_dtype(DType::I1),
+        )
+    }
+
+    pub fn select(&mut self, pred: &V, a: &V, b: &V) -> V {
+        assert_eq!(a.shape(), b.shape(), "select shapes");
+        let pred = self.broadcast_trailing(pred, a.shape());
+        self.op("select", &[&pred, a, b], "", a.ty.clone())
+    }
+
+    // ----- reductions and contractions ------------------------------------------------------
+
+    /// Reduces `x` over `dims` (f32).
+    pub fn reduce(&mut self, x: &V, dims: &[usize], kind: Reduce) -> V {
+        let init = match kind {
+            Reduce::Sum => self.splat(0.0, &[]),
+            Reduce::Max => self.splat(f32::NEG_INFINITY, &[]),
+        };
+        let shape: Vec<usize> = (0..x.ty.rank())
+            .filter(|d| !dims.contains(d))
+            .map(|d| x.dim(d))
+            .collect();
+        let out = Ty::new(&shape, x.ty.dtype);
+        let r = self.fresh(out);
+        let (a, b) = (self.next, self.next + 1);
+        let c = self.next + 2;
+        self.next += 3;
+        let s = format!("tensor<{}>", x.ty.dtype.mlir());
+        let op = match kind {
+            Reduce::Sum => "add",
+            Reduce::Max => "maximum",
+        };
+        writeln!(
+            self.body,
+            "    {} = \"stablehlo.reduce\"({}, {}) ({{\n    ^bb0(%{a}: {s}, %{b}: {s}):\n      %{c} = \"stablehlo.{op}\"(%{a}, %{b}) : ({s}, {s}) -> {s}\n      \"stablehlo.return\"(%{c}) : ({s}) -> ()\n    }}) {{dimensions = {}}} : ({}, {s}) -> {}",
+            r.name, x.name, init.name, arr(dims), x.ty, r.ty
+        )
+        .unwrap();
+        r
+    }
+
+    /// General contraction. Output dims: batch, then lhs free, then rhs free (StableHLO order).
+    pub fn dot_general(
+        &mut self,
+        a: &V,
+        b: &V,
+        batch: (&[usize], &[usize]),
+        contract: (&[usize], &[usize]),
+    ) -> V {
+        for (&i, &j) in batch
+            .0
+            .iter()
+            .zip(batch.1)
+            .chain(contract.0.iter().zip(contract.1))
+        {
+            assert_eq!(a.dim(i), b.dim(j), "dot_general {} · {}", a.ty, b.ty);
+        }
+        let mut shape: Vec<usize> = batch.0.iter().map(|&i| a.dim(i)).collect();
+        shape.extend(
+            (0..a.ty.rank())
+                .filter(|d| !batch.0.contains(d) && !contract.0.contains(d))
+                .map(|d| a.dim(d)),
+        );
+        shape.extend(
+            (0..b.ty.rank())
+                .filter(|d| !batch.1.contains(d) && !contract.1.contains(d))
+                .map(|d| b.dim(d)),
+        );
+        let attrs = format!(
+            "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [{}], rhs_batching_dimensions = [{}], lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [{}]>",
+            list(batch.0),
+            list(batch.1),
+            list(contract.0),
+            list(contract.1)
+        );
+        self.op("dot_general", &[a, b], &attrs, Ty::f32(&shape))
+    }
+
+    /// `x · wᵀ` for `x` `[.., k]` and a PyTorch-layout weight `w` `[n, k]` → `[.., n]`.
+    pub fn linear_t(&mut self, x: &V, w: &V) -> V {
+        let r = x.ty.rank();
+        let lead: Vec<usize> = x.shape()[..r - 1].to_vec();
+        let k = x.dim(r - 1);
+        let rows: usize = lead.iter().product();
+        let x2 = self.reshape(x, &[rows, k]);
+        let y = self.dot_general(&x2, w, (&[], &[]), (&[1], &[1]));
+        let mut shape = lead;
+        shape.push(w.dim(0));
+        self.reshape(&y, &shape)
+    }
+
+    /// Softmax over the last dimension (max-subtracted, like the host kernel).
+    pub fn softmax_last(&mut self, x: &V) -> V {
+        let r = x.ty.rank();
+        let shape = x.shape().to_vec();
+        let keep: Vec<usize> = (0..r - 1).collect();
+        let m = self.reduce(x, &[r - 1], Reduce::Max);
+        let m = self.broadcast(&m, &shape, &keep);
+        let e = self.sub(x, &m);
+        let e = self.un(Un::Exp, &e);
+        let s = self.reduce(&e, &[r - 1], Reduce::Sum);
+        let s = self.broadcast(&s, &shape, &keep);
+        self.div(&e, &s)
+    }
+
+    /// Mean over the last dimension, broadcast back to `x`'s shape.
+    pub fn mean_last_bcast(&mut self, x: &V) -> V {
+        let r = x.ty.rank();
+        let shape = x.shape().to_vec();
+        let n = x.dim(r - 1) as f32;
+        let s = self.reduce(x, &[r - 1], Reduce::Sum);
+        let s = self.scale(&s, 1.0 / n);
+        let keep: Vec<usize> = (0..r - 1).collect();
+        self.broadcast(&s, &shape, &keep)
+    }
+
+    /// RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) · w`.
+    pub fn rms_norm(&mut self, x: &V, w: &V, eps: f32) -> V {
+        let sq = self.mul(x, x);
+        let ms = self.mean_last_bcast(&sq);
+        let ms = self.add_scalar(&ms, eps);
+        let inv = self.un(Un::Rsqrt, &ms);
+        let y = self.mul(x, &inv);
+        self.mul(&y, w)
+    }
+
+    /// LayerNorm over the last dimension with weight and bias.
+    pub fn layer_norm(&mut self, x: &V, w: &V, b: &V, eps: f32) -> V {
+        let mean = self.mean_last_bcast(x);
+        let d = self.sub(x, &mean);
+        let sq = self.mul(&d, &d);
+        let var = self.mean_last_bcast(&sq);
+        let var = self.add_scalar(&var, eps);
+        let inv = self.un(Un::Rsqrt, &var);
+        let y = self.mul(&d, &inv);
+        let y = self.mul(&y, w);
+        self.add(&y, b)
+    }
+
+    /// `x · sigmoid(x)`.
+    pub fn silu(&mut self, x: &V) -> V {
+        let s = self.un(Un::Logistic, x);
+        self.mul(x, &s)
+    }
+
+    /// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+    pub fn gelu_tanh(&mut self, x: &V) -> V {
+        let x3 = self.mul(x, x);
+        let x3 = self.mul(&x3, x);
+        let inner = self.scale(&x3, 0.044715);
+        let inner = self.add(x, &inner);
+        let inner = self.scale(&inner, (2.0f32 / std::f32::consts::PI).sqrt());
+        let t = self.un(Un::Tanh, &inner);
+        let t = self.add_scalar(&t, 1.0);
+        let y = self.mul(x, &t);
+        self.scale(&y, 0.5)
+    }
+
+    /// GELU, exact: `0.5·x·(1 + erf(x/√2))`.
+    pub fn gelu_erf(&mut self, x: &V) -> V {
+        let t = self.scale(x, std::f32::consts::FRAC_1_SQRT_2);
+        let t = self.un(Un::Erf, &t);
+        let t = self.add_scalar(&t, 1.0);
+        let y = self.mul(x, &t);
+        self.scale(&y, 0.5)
+    }
+
+    /// Convolution in NCH[W] layout (`[batch, feature, spatial…]`, weights `[out, in/groups,
+    /// spatial…]`), as PyTorch's conv1d/conv2d.
+    pub fn conv(
+        &mut self,
+        x: &V,
+        w: &V,
+        strides: &[usize],
+        padding: &[(usize, usize)],
+        groups: usize,
+    ) -> V {
+        let sp = strides.len();
+        assert_eq!(x.ty.rank(), sp + 2, "conv input rank");
+        assert_eq!(w.ty.rank(), sp + 2, "conv weight rank");
+        assert_eq!(x.dim(1), w.dim(1) * groups, "conv channels");
+        let mut shape = vec![x.dim(0), w.dim(0)];
+        for i in 0..sp {
+            let n = x.dim(2 + i) + padding[i].0 + padding[i].1;
+            shape.push((n - w.dim(2 + i)) / strides[i] + 1);
+        }
+        let spatial: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
+        let s = spatial.join(", ");
+        let pad: Vec<String> = padding.iter().map(|(a, b)| format!("[{a}, {b}]")).collect();
+        let attrs = format!(
+            "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, {s}]x[o, i, {s}]->[b, f, {s}]>, feature_group_count = {groups} : i64, padding = dense<[{}]> : tensor<{sp}x2xi64>, window_strides = {}",
+            pad.join(", "),
+            arr(strides)
+        );
+        self.op("convolution", &[x, w], &attrs, Ty::f32(&shape))
+    }
+
+    /// Prints the function.
+    pub fn finish(&self) -> String {
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| format!("{}: {}", a.name, a.ty))
+            .collect();
+        let rtys: Vec<String> = self.results.iter().map(|r| r.ty.to_string()).collect();
+        let rnames: Vec<&str> = self.results.iter().map(|r| r.name.as_str()).collect();
+        format!(
+            "  func.func @{}({}) -> ({}) {{\n{}    \"func.return\"({}) : ({}) -> ()\n  }}\n",
+            self.name,
+            args.join(", "),
+            rtys.join(", "),
+            self.body,
+            rnames.join(", "),
+            rtys.join(", ")
+        )
+    }
+}
+
+/// A module of functions; called from the runtime as `<module>.<func>`.
+pub fn module(name: &str, funcs: &[Func]) -> String {
+    let mut s = format!("module @{name} {{\n");
+    for f in funcs {
+        s.push_str(&f.finish());
+    }
+    s.push_str("}\n");
+    s
+}

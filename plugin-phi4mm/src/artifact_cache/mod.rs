@@ -79,6 +79,9 @@ pub struct EntryInfo {
     pub manifest: Result<Manifest, String>,
 }
 
+/// One entry and the outcome of checking it (`Err` says why it is invalid).
+pub type Verified = (EntryInfo, Result<(), String>);
+
 /// What [`ArtifactCache::gc`] removes besides what is always removed (invalid entries, modules
 /// without a manifest, unused lock files, stale temp files).
 #[derive(Debug, Clone, Default)]
@@ -110,7 +113,7 @@ pub struct ArtifactCache {
 
 /// Outcome of reading an entry without the lock.
 enum Probe {
-    Valid(Vec<u8>, Manifest),
+    Valid(Vec<u8>, Box<Manifest>),
     Missing,
     Invalid(String),
 }
@@ -191,7 +194,7 @@ impl ArtifactCache {
         if let Probe::Valid(bytes, manifest) = probe(&paths, &identity) {
             return Ok(LoadedArtifact {
                 bytes,
-                manifest,
+                manifest: *manifest,
                 compiled: false,
             });
         }
@@ -208,7 +211,7 @@ impl ArtifactCache {
             Probe::Valid(bytes, manifest) => {
                 return Ok(LoadedArtifact {
                     bytes,
-                    manifest,
+                    manifest: *manifest,
                     compiled: false,
                 })
             }
@@ -253,7 +256,7 @@ impl ArtifactCache {
     }
 
     /// Checks every entry fully (strict manifest, names, module length and sha256).
-    pub fn verify(&self) -> Result<Vec<(EntryInfo, Result<(), String>)>, CacheError> {
+    pub fn verify(&self) -> Result<Vec<Verified>, CacheError> {
         Ok(self
             .list()?
             .into_iter()
@@ -429,7 +432,7 @@ fn probe(paths: &EntryPaths, identity: &Identity) -> Probe {
         Err(e) => return Probe::Invalid(format!("module unreadable: {e}")),
     };
     match manifest.check_module(&bytes) {
-        Ok(()) => Probe::Valid(bytes, manifest),
+        Ok(()) => Probe::Valid(bytes, Box::new(manifest)),
         Err(why) => Probe::Invalid(why),
     }
 }

@@ -16,6 +16,63 @@ pub enum BackendKind {
     /// The pure-Rust CPU backend.
     #[default]
     Host,
+    /// IREE-compiled modules (needs a build with the `iree` feature and the IREE compiler).
+    Iree,
+    /// IREE when this build has it and the compiler loads, else the host backend.
+    Auto,
+}
+
+/// `[models.settings.iree]`: how the IREE backend compiles, caches and runs its modules.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IreeSettings {
+    /// HAL driver: `local-sync` (best on few cores), `local-task`, `cuda` where built.
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// Artifact cache directory; default `$XDG_CACHE_HOME/switchyard/iree` (else
+    /// `~/.cache/switchyard/iree`).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// LLVM CPU the modules are compiled for; `host` is this machine's (part of the cache
+    /// identity: a module built for `host` may not run on another CPU).
+    #[serde(default = "default_target_cpu")]
+    pub target_cpu: String,
+    /// Positions per row (prompt + generated tokens) the decoder is compiled for.
+    #[serde(default = "default_iree_context")]
+    pub context: usize,
+    /// Prompt tokens per compiled prefill call.
+    #[serde(default = "default_iree_prefill_chunk")]
+    pub prefill_chunk: usize,
+    /// The compiler library (`libIREECompiler.so`); default `$PHI4MM_IREE_COMPILER`, else the
+    /// iree-base-compiler of the active Python.
+    #[serde(default)]
+    pub compiler: Option<PathBuf>,
+}
+
+impl Default for IreeSettings {
+    fn default() -> Self {
+        IreeSettings {
+            device: default_device(),
+            cache_dir: None,
+            target_cpu: default_target_cpu(),
+            context: default_iree_context(),
+            prefill_chunk: default_iree_prefill_chunk(),
+            compiler: None,
+        }
+    }
+}
+
+fn default_device() -> String {
+    "local-sync".into()
+}
+fn default_target_cpu() -> String {
+    "host".into()
+}
+fn default_iree_context() -> usize {
+    4096
+}
+fn default_iree_prefill_chunk() -> usize {
+    64
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -26,6 +83,9 @@ pub struct Phi4mmSettings {
     pub checkpoint: PathBuf,
     #[serde(default)]
     pub backend: BackendKind,
+    /// IREE backend options (used when `backend` is `iree` or `auto`).
+    #[serde(default)]
+    pub iree: IreeSettings,
     /// Rows decoded together.
     #[serde(default = "default_slots")]
     pub slots: usize,
@@ -90,6 +150,9 @@ impl Phi4mmSettings {
         if self.prefill_chunk == 0 || self.default_max_tokens == 0 {
             return Err("prefill_chunk and default_max_tokens must be at least 1".into());
         }
+        if self.iree.prefill_chunk == 0 || self.iree.context == 0 {
+            return Err("iree.context and iree.prefill_chunk must be at least 1".into());
+        }
         Ok(())
     }
 }
@@ -108,7 +171,15 @@ mod tests {
             DEFAULT_TRANSCRIPTION_INSTRUCTION
         );
         assert!(toml_like(r#"{"checkpoint": "m", "slot": 2}"#).is_err());
-        assert!(toml_like(r#"{"checkpoint": "m", "backend": "iree"}"#).is_err());
+        assert!(toml_like(r#"{"checkpoint": "m", "backend": "mlx"}"#).is_err());
+        let s = toml_like(r#"{"checkpoint": "m", "backend": "iree", "iree": {"context": 8192}}"#)
+            .unwrap();
+        assert_eq!(s.backend, BackendKind::Iree);
+        assert_eq!(
+            (s.iree.context, s.iree.device.as_str()),
+            (8192, "local-sync")
+        );
+        assert!(toml_like(r#"{"checkpoint": "m", "iree": {"contxt": 1}}"#).is_err());
         let s: Phi4mmSettings =
             toml_like(r#"{"checkpoint": "m", "slots": 0, "resample": "reference"}"#).unwrap();
         assert!(s.validate().is_err());

@@ -10,6 +10,7 @@
 
 pub mod artifact_cache;
 pub mod audio;
+pub mod backend;
 pub mod checkpoint;
 pub mod config;
 pub mod image;

@@ -13,6 +13,7 @@ use switchyard_plugin_api::{
 };
 
 use crate::audio::{features_from_bytes, AudioOptions};
+use crate::backend;
 use crate::checkpoint::Checkpoint;
 use crate::config::Phi4mmSettings;
 use crate::image::ImageOptions;
@@ -21,7 +22,7 @@ use crate::prompt::{ContentPart, Message, Prompt, Role};
 use crate::request::image_input;
 use crate::sampling::SamplingConfig;
 use crate::scheduler::{
-    Detokenize, FinishReason, HostBackend, Job, Outcome, Refusal, RowError, RowSink, Scheduler,
+    Detokenize, FinishReason, Job, MediaStage, Outcome, Refusal, RowError, RowSink, Scheduler,
     SchedulerConfig,
 };
 
@@ -47,7 +48,9 @@ pub struct Phi4mmModel {
     settings: Phi4mmSettings,
     model: Arc<Phi4mm>,
     prompt: Arc<Prompt>,
-    backend: Arc<HostBackend>,
+    media: Arc<dyn MediaStage>,
+    backend_name: &'static str,
+    backend_details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     scheduler: Scheduler,
 }
 
@@ -86,13 +89,15 @@ impl Phi4mmModel {
         let threads = settings.threads.unwrap_or(thread_budget).max(1);
         let model = Arc::new(Phi4mm::load(&ck, threads));
         let media_threads = settings.media_threads.unwrap_or((threads / 4).max(1));
-        let backend = Arc::new(HostBackend(model.clone()));
         let prompt = Arc::new(prompt);
         let p = prompt.clone();
         let detok: Detokenize =
             Arc::new(move |ids: &[u32]| p.tokenizer().decode(ids, true).unwrap_or_default());
-        let scheduler = Scheduler::start(
-            backend.clone(),
+        let running = backend::start(
+            settings.backend,
+            &settings.iree,
+            &ck,
+            model.clone(),
             SchedulerConfig {
                 slots: settings.slots,
                 max_queued: settings.max_queued,
@@ -102,18 +107,21 @@ impl Phi4mmModel {
             },
             Some(detok),
         )
-        .map_err(|e| PluginError::internal(format!("cannot start the scheduler: {e}")))?;
+        .map_err(PluginError::invalid_settings)?;
         log(&format!(
-            "phi4mm loaded from {}: {} slots, {threads} decoder threads, {media_threads} media threads",
+            "phi4mm loaded from {} on the {} backend: {} slots, {threads} decoder threads, {media_threads} media threads",
             dir.display(),
+            running.name,
             settings.slots
         ));
         Ok(Phi4mmModel {
             settings,
             model,
             prompt,
-            backend,
-            scheduler,
+            media: running.media,
+            backend_name: running.name,
+            backend_details: running.details,
+            scheduler: running.scheduler,
         })
     }
 
@@ -223,7 +231,63 @@ fn deadline_of(unix_ms: Option<u64>) -> Option<Instant> {
     Some(Instant::now() + Duration::from_millis(ms.saturating_sub(now_ms)))
 }
 
+/// Id of the warm-up job; request ids from the host count up from 1, far from this.
+const WARM_JOB_ID: u64 = u64::MAX;
+
+/// Collects the outcome of the warm-up job.
+struct WarmSink(std::sync::mpsc::Sender<Outcome>);
+
+impl RowSink for WarmSink {
+    fn started(&mut self, _: usize) -> bool {
+        true
+    }
+    fn token(&mut self, _: u32, _: &str) -> bool {
+        true
+    }
+    fn done(&mut self, outcome: Outcome) {
+        let _ = self.0.send(outcome);
+    }
+}
+
 impl PluginModel for Phi4mmModel {
+    /// One real token through the whole path — media stage, prefill, sampling — before the host
+    /// routes traffic here: it pages the weights in, and a backend that cannot run fails the
+    /// (re)load instead of the first request.
+    fn warm(&self) -> Result<(), PluginError> {
+        let messages = [Message::text(Role::User, "Hello".to_string())];
+        let ids = self
+            .prompt
+            .encode_messages(&messages, true)
+            .map_err(|e| PluginError::internal(format!("warm-up prompt: {e}")))?
+            .ids;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job = Job {
+            id: WARM_JOB_ID,
+            prompt_tokens: ids.len(),
+            prepare: self.media.prepare_fn(
+                PromptInput {
+                    input_ids: ids.clone(),
+                    ..PromptInput::default()
+                },
+                1,
+            ),
+            sampling: SamplingConfig::default(),
+            max_new_tokens: 1,
+            stop_ids: Vec::new(),
+            stop_strings: Vec::new(),
+            deadline: None,
+            sink: Box::new(WarmSink(tx)),
+        };
+        self.scheduler
+            .submit(job)
+            .map_err(|r| PluginError::internal(format!("warm-up request refused: {r:?}")))?;
+        match rx.recv() {
+            Ok(Outcome::Finished { .. }) => Ok(()),
+            Ok(Outcome::Failed(e)) => Err(PluginError::internal(format!("warm-up failed: {e:?}"))),
+            Err(_) => Err(PluginError::internal("warm-up: the scheduler stopped")),
+        }
+    }
+
     fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
         let modality = request.modality();
         if !plugin_manifest().models[0].accepts(request.endpoint, modality) {
@@ -252,11 +316,11 @@ impl PluginModel for Phi4mmModel {
             self.prompt.clone(),
             self.settings.clone(),
         );
-        let backend = self.backend.clone();
+        let media = self.media.clone();
         let prepare = Box::new(move || {
             let input =
                 build_input(&model, &prompt, &settings, &messages).map_err(RowError::Invalid)?;
-            (backend.prepare_fn(input, max_new_tokens))()
+            (media.prepare_fn(input, max_new_tokens))()
         });
         let s = &request.sampling;
         let job = Job {
@@ -307,7 +371,8 @@ impl PluginModel for Phi4mmModel {
                     "queued_tokens": s.queued_tokens,
                     "prepared_waiting": s.ready,
                     "audio_rows_per_branch": { "speech": s.rows_per_audio_branch[0], "vision": s.rows_per_audio_branch[1] },
-                    "backend": "host",
+                    "backend": self.backend_name,
+                    "backend_details": (self.backend_details)(),
                 })
                 .to_string(),
             ),

@@ -1,10 +1,39 @@
 //! From a request (ids with expanded placeholders + media) to decoder input: encoders, the
 //! per-request adapter and audio branch, and the placeholder merge — all validated first.
 
-use super::audio::AudioBranch;
+use super::audio::{AudioBranch, AudioEncoding};
 use super::lora::AdapterMode;
-use super::vision::ImageInput;
+use super::vision::{ImageEncoding, ImageInput};
 use super::Phi4mm;
+
+/// The encoders a backend runs media through. The host backend's own encoders are one
+/// implementation, the IREE modules another; validation, adapter choice and the placeholder
+/// merge around them are the same for both.
+pub trait MediaEncoders {
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String>;
+    fn encode_audio(
+        &self,
+        features: &[f32],
+        frames: usize,
+        branch: AudioBranch,
+    ) -> Result<AudioEncoding, String>;
+}
+
+/// The host backend's encoders.
+impl MediaEncoders for Phi4mm {
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String> {
+        Ok(self.vision.encode(image))
+    }
+
+    fn encode_audio(
+        &self,
+        features: &[f32],
+        frames: usize,
+        branch: AudioBranch,
+    ) -> Result<AudioEncoding, String> {
+        Ok(self.audio.encode(features, frames, branch))
+    }
+}
 
 /// One clip of log-mel features.
 #[derive(Clone, Debug)]
@@ -76,6 +105,8 @@ pub enum InputError {
     },
     #[error("adapter {0:?} requested but the checkpoint has no such LoRA")]
     AdapterUnavailable(AdapterMode),
+    #[error("{0}")]
+    Backend(String),
 }
 
 fn check_finite(what: impl Fn() -> String, data: &[f32]) -> Result<(), InputError> {
@@ -109,6 +140,16 @@ impl Phi4mm {
     /// Checks what can be checked without compute: ids, shapes, finiteness, placeholder counts,
     /// context length, adapter availability.
     pub fn validate_input(&self, p: &PromptInput, max_new_tokens: usize) -> Result<(), InputError> {
+        self.validate_input_within(p, max_new_tokens, self.config.text.max_position_embeddings)
+    }
+
+    /// As [`Phi4mm::validate_input`] for a backend built for a shorter `context`.
+    pub fn validate_input_within(
+        &self,
+        p: &PromptInput,
+        max_new_tokens: usize,
+        context: usize,
+    ) -> Result<(), InputError> {
         let c = &self.config;
         if p.input_ids.is_empty() {
             return Err(InputError::EmptyPrompt);
@@ -126,7 +167,6 @@ impl Phi4mm {
                 vocab,
             });
         }
-        let context = c.text.max_position_embeddings;
         if p.input_ids.len() + max_new_tokens > context {
             return Err(InputError::ContextOverflow {
                 prompt: p.input_ids.len(),
@@ -233,7 +273,19 @@ impl Phi4mm {
         p: &PromptInput,
         max_new_tokens: usize,
     ) -> Result<PreparedPrompt, InputError> {
-        self.validate_input(p, max_new_tokens)?;
+        let context = self.config.text.max_position_embeddings;
+        self.prepare_with(p, max_new_tokens, self, context)
+    }
+
+    /// The media stage with another backend's encoders and context length.
+    pub fn prepare_with(
+        &self,
+        p: &PromptInput,
+        max_new_tokens: usize,
+        encoders: &dyn MediaEncoders,
+        context: usize,
+    ) -> Result<PreparedPrompt, InputError> {
+        self.validate_input_within(p, max_new_tokens, context)?;
         let c = &self.config;
         let h = c.text.hidden_size;
         let (adapter, audio_branch) = self.resolve_adapter(p);
@@ -243,7 +295,9 @@ impl Phi4mm {
             let mut audio_encoder_out = Vec::new();
             let mut image_rows = Vec::new();
             for (i, img) in p.images.iter().enumerate() {
-                let enc = self.vision.encode(img);
+                let enc = encoders
+                    .encode_image(img)
+                    .map_err(|e| InputError::Backend(format!("vision encoder, image {i}: {e}")))?;
                 check_finite(
                     || format!("vision encoder output of image {i}"),
                     &enc.embeds,
@@ -255,7 +309,9 @@ impl Phi4mm {
             // gives alone, as for every single-clip reference case.
             let mut audio_rows = Vec::new();
             for (i, a) in p.audios.iter().enumerate() {
-                let enc = self.audio.encode(&a.features, a.frames, audio_branch);
+                let enc = encoders
+                    .encode_audio(&a.features, a.frames, audio_branch)
+                    .map_err(|e| InputError::Backend(format!("audio encoder, clip {i}: {e}")))?;
                 check_finite(|| format!("audio encoder output of clip {i}"), &enc.embeds)?;
                 audio_rows.extend_from_slice(&enc.embeds);
                 audio_encoder_out.push(enc.encoder_out);

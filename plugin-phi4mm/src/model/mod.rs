@@ -22,7 +22,9 @@ pub use audio::{AudioBranch, AudioEncoder, AudioEncoding};
 pub use decoder::{Decoder, RowStep};
 pub use kv_cache::SequenceState;
 pub use lora::AdapterMode;
-pub use merge::{AdapterChoice, AudioInput, InputError, PreparedPrompt, PromptInput};
+pub use merge::{
+    AdapterChoice, AudioInput, InputError, MediaEncoders, PreparedPrompt, PromptInput,
+};
 pub use rope::RopeMode;
 pub use vision::{ImageEncoding, ImageInput, VisionEncoder};
 

@@ -59,10 +59,15 @@ impl StepBackend for HostBackend {
     }
 }
 
-impl HostBackend {
-    /// The media stage of one request on this backend: validation, encoders and placeholder
-    /// merge, run on the calling (media) pool.
-    pub fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn {
+/// The media stage of a backend: what turns a request into decoder input (validation, encoders,
+/// placeholder merge). It runs on the scheduler's media pool, never on the decoder's thread.
+pub trait MediaStage: Send + Sync {
+    fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn;
+}
+
+impl MediaStage for HostBackend {
+    /// Validation, encoders and placeholder merge, run on the calling (media) pool.
+    fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn {
         let model = self.0.clone();
         Box::new(move || {
             let p = model

@@ -16,7 +16,7 @@ mod driver;
 mod queue;
 mod row;
 
-pub use backend::{HostBackend, StepBackend, StepRow};
+pub use backend::{HostBackend, MediaStage, StepBackend, StepRow};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -8,16 +8,15 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use switchyard_phi4mm::backend;
 use switchyard_phi4mm::limits::Limits;
 use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
 use switchyard_phi4mm::prompt::{Message, Prompt, Role};
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::sampling::SamplingConfig;
-use switchyard_phi4mm::scheduler::{
-    HostBackend, Job, Outcome, RowSink, Scheduler, SchedulerConfig,
-};
+use switchyard_phi4mm::scheduler::{Job, Outcome, RowSink, SchedulerConfig};
 
-use crate::generate::{attach_media, open_checkpoint, Backend};
+use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs};
 
 #[derive(Args)]
 pub struct BatchArgs {
@@ -33,6 +32,8 @@ pub struct BatchArgs {
     pub slots: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    #[command(flatten)]
+    pub iree: IreeArgs,
 }
 
 #[derive(Deserialize)]
@@ -86,7 +87,6 @@ impl RowSink for Collect {
 }
 
 pub fn run(args: BatchArgs) -> Result<()> {
-    let Backend::Host = args.backend;
     let specs: Vec<RequestSpec> = serde_json::from_slice(
         &std::fs::read(&args.requests)
             .with_context(|| format!("reading {}", args.requests.display()))?,
@@ -100,9 +100,11 @@ pub fn run(args: BatchArgs) -> Result<()> {
         None
     };
     let limits = Limits::default();
-    let backend = Arc::new(HostBackend(model.clone()));
-    let sched = Scheduler::start(
-        backend.clone(),
+    let running = backend::start(
+        args.backend.kind(),
+        &args.iree.settings(),
+        &ck,
+        model.clone(),
         SchedulerConfig {
             slots: args.slots.unwrap_or(specs.len().max(1)),
             max_queued: specs.len(),
@@ -110,7 +112,9 @@ pub fn run(args: BatchArgs) -> Result<()> {
             ..SchedulerConfig::default()
         },
         None,
-    )?;
+    )
+    .map_err(anyhow::Error::msg)?;
+    let (sched, media) = (running.scheduler, running.media);
     let (tx, rx) = channel();
     let mut prompt_tokens = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
@@ -151,7 +155,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
         let job = Job {
             id: i as u64,
             prompt_tokens: input.input_ids.len(),
-            prepare: backend.prepare_fn(input, spec.max_new_tokens),
+            prepare: media.prepare_fn(input, spec.max_new_tokens),
             sampling: SamplingConfig::default(),
             max_new_tokens: spec.max_new_tokens,
             stop_ids: if spec.ignore_eos {

@@ -325,7 +325,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn cpu_name() -> String {
+pub fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -1,4 +1,4 @@
-//! `phi4mm generate`: one request through the host backend, greedy, printed as one JSON line
+//! `phi4mm generate`: one request through the host or IREE backend, greedy, printed as one JSON line
 //! `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
 
 use std::path::{Path, PathBuf};
@@ -7,15 +7,58 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use switchyard_phi4mm::backend;
 use switchyard_phi4mm::checkpoint::Checkpoint;
+use switchyard_phi4mm::config::{BackendKind, IreeSettings};
+#[cfg(feature = "iree")]
+use switchyard_phi4mm::iree::backend::IreeBackend;
 use switchyard_phi4mm::limits::Limits;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
+use switchyard_phi4mm::model::{
+    AdapterChoice, AdapterMode, Generation, Phi4mm, PreparedPrompt, PromptInput,
+};
 use switchyard_phi4mm::prompt::{ContentPart, Message, Prompt, Role};
 use switchyard_phi4mm::request;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Backend {
     Host,
+    Iree,
+    Auto,
+}
+
+/// IREE backend options shared by `generate` and `batch`.
+#[derive(Args, Clone, Debug)]
+pub struct IreeArgs {
+    /// Artifact cache directory (default `$XDG_CACHE_HOME/switchyard/iree`).
+    #[arg(long)]
+    pub iree_cache_dir: Option<PathBuf>,
+    /// Positions per row the IREE decoder is compiled for.
+    #[arg(long, default_value_t = 4096)]
+    pub iree_context: usize,
+    /// IREE HAL driver.
+    #[arg(long, default_value = "local-sync")]
+    pub iree_device: String,
+}
+
+impl IreeArgs {
+    pub fn settings(&self) -> IreeSettings {
+        IreeSettings {
+            cache_dir: self.iree_cache_dir.clone(),
+            context: self.iree_context,
+            device: self.iree_device.clone(),
+            ..IreeSettings::default()
+        }
+    }
+}
+
+impl Backend {
+    pub fn kind(self) -> BackendKind {
+        match self {
+            Backend::Host => BackendKind::Host,
+            Backend::Iree => BackendKind::Iree,
+            Backend::Auto => BackendKind::Auto,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -65,6 +108,8 @@ pub struct GenerateArgs {
     /// Worker threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    #[command(flatten)]
+    pub iree: IreeArgs,
 }
 
 /// The one JSON line `generate` prints (fields in this order).
@@ -93,7 +138,6 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let Backend::Host = args.backend;
     let ck = open_checkpoint(&args.model)?;
     let model = Phi4mm::load(&ck, args.threads);
     let adapter = match args.adapter {
@@ -141,13 +185,22 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if args.max_new_tokens == 0 {
         bail!("--max-new-tokens must be at least 1");
     }
-    let prepared = model.prepare(&input, args.max_new_tokens)?;
-    let stop: &[u32] = if args.ignore_eos {
-        &[]
+    let stop: Vec<u32> = if args.ignore_eos {
+        Vec::new()
     } else {
-        &model.config.eos_token_ids
+        model.config.eos_token_ids.clone()
     };
-    let out = model.generate(&prepared, args.max_new_tokens, stop);
+    let iree = args.iree.settings();
+    let (prepared, out) = match backend::resolve(args.backend.kind(), &iree)
+        .map_err(anyhow::Error::msg)?
+    {
+        BackendKind::Iree => iree_generate(&ck, model, &iree, &input, args.max_new_tokens, &stop)?,
+        _ => {
+            let prepared = model.prepare(&input, args.max_new_tokens)?;
+            let out = model.generate(&prepared, args.max_new_tokens, &stop);
+            (prepared, out)
+        }
+    };
     if let Some(path) = &args.dump_logits {
         write_logits(path, &out.logits_first)?;
     }
@@ -165,6 +218,41 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     println!("{}", serde_json::to_string(&line)?);
     Ok(())
+}
+
+/// The media stage and greedy decoding on the IREE backend.
+#[cfg(feature = "iree")]
+fn iree_generate(
+    ck: &Checkpoint,
+    model: Phi4mm,
+    settings: &IreeSettings,
+    input: &PromptInput,
+    max_new_tokens: usize,
+    stop: &[u32],
+) -> Result<(PreparedPrompt, Generation)> {
+    let model = std::sync::Arc::new(model);
+    let iree = IreeBackend::load(ck, model.clone(), settings)?;
+    let prepared = model.prepare_with(input, max_new_tokens, iree.encoders(), iree.context())?;
+    let out = backend::greedy(
+        &iree,
+        &prepared.embeds,
+        prepared.adapter,
+        max_new_tokens,
+        stop,
+    );
+    Ok((prepared, out))
+}
+
+#[cfg(not(feature = "iree"))]
+fn iree_generate(
+    _: &Checkpoint,
+    _: Phi4mm,
+    _: &IreeSettings,
+    _: &PromptInput,
+    _: usize,
+    _: &[u32],
+) -> Result<(PreparedPrompt, Generation)> {
+    unreachable!("backend::resolve refuses iree without the feature")
 }
 
 /// Appends the `--image` / `--audio` files to the last user message as media parts (images

@@ -2,6 +2,7 @@
 
 mod batch;
 mod bench;
+mod bench_batch;
 mod cache;
 mod generate;
 
@@ -31,7 +32,7 @@ enum Command {
     Image(image_prep::Args),
     /// Text or chat messages → token ids (JSON on stdout).
     Tokenize(tokenize::Args),
-    /// Generate greedily for one request on the host backend; prints one JSON line.
+    /// Generate greedily for one request (host or IREE backend); prints one JSON line.
     Generate(generate::GenerateArgs),
     /// Run every request of a JSON file concurrently through the scheduler; one JSON line each.
     Batch(batch::BatchArgs),
@@ -39,6 +40,8 @@ enum Command {
     BenchCheckpoint(bench::BenchCheckpointArgs),
     /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
     Bench(bench::BenchArgs),
+    /// Benchmark batched decoding (batch 1, 8, mixed adapters), host and/or IREE backend.
+    BenchBatch(bench_batch::BenchBatchArgs),
     /// Inspect and clean the IREE artifact cache: ls, verify, gc.
     Cache(cache::Args),
 }
@@ -53,6 +56,7 @@ fn main() -> std::process::ExitCode {
         Command::Batch(args) => batch::run(args),
         Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
+        Command::BenchBatch(args) => bench_batch::run(args),
         Command::Cache(args) => cache::run(args),
     };
     match result {

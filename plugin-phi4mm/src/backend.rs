@@ -1,0 +1,140 @@
+//! Choosing and starting a backend: the pure-Rust host backend, or the IREE backend (cargo
+//! feature `iree`). The plugin and the `phi4mm` tool both come through here, so `backend = "iree"`
+//! in the TOML and `--backend iree` on the command line build the same thing.
+
+use std::sync::Arc;
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{BackendKind, IreeSettings};
+use crate::model::{argmax, AdapterMode, Generation, Phi4mm};
+use crate::scheduler::{
+    Detokenize, HostBackend, MediaStage, Scheduler, SchedulerConfig, StepBackend, StepRow,
+};
+
+/// A started backend: the scheduler driving its decoder and the media stage feeding it.
+pub struct Running {
+    pub scheduler: Scheduler,
+    pub media: Arc<dyn MediaStage>,
+    /// `host` or `iree`.
+    pub name: &'static str,
+    /// Backend facts for stats (`/admin/status`): for IREE the device and the artifact cache.
+    pub details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
+}
+
+/// Resolves `auto` and refuses `iree` where this build cannot provide it.
+pub fn resolve(kind: BackendKind, iree: &IreeSettings) -> Result<BackendKind, String> {
+    match kind {
+        BackendKind::Host => Ok(BackendKind::Host),
+        BackendKind::Iree if cfg!(feature = "iree") => Ok(BackendKind::Iree),
+        BackendKind::Iree => Err(
+            "backend \"iree\": this build of the phi4mm plugin has no IREE backend (build it with \
+             `--features iree`)"
+                .into(),
+        ),
+        BackendKind::Auto => {
+            #[cfg(feature = "iree")]
+            {
+                if crate::iree::compiler::IreeCompiler::library(iree.compiler.as_deref()).is_ok() {
+                    return Ok(BackendKind::Iree);
+                }
+            }
+            let _ = iree;
+            Ok(BackendKind::Host)
+        }
+    }
+}
+
+/// Starts the scheduler on the chosen backend. `model` is the host model: the host backend runs
+/// on it, and every backend uses it for validation, embeddings and the placeholder merge.
+pub fn start(
+    kind: BackendKind,
+    iree: &IreeSettings,
+    ck: &Checkpoint,
+    model: Arc<Phi4mm>,
+    config: SchedulerConfig,
+    detok: Option<Detokenize>,
+) -> Result<Running, String> {
+    match resolve(kind, iree)? {
+        BackendKind::Iree => start_iree(iree, ck, model, config, detok),
+        _ => {
+            let backend = Arc::new(HostBackend(model));
+            let scheduler = Scheduler::start(backend.clone(), config, detok)
+                .map_err(|e| format!("cannot start the scheduler: {e}"))?;
+            Ok(Running {
+                scheduler,
+                media: backend,
+                name: "host",
+                details: Arc::new(|| serde_json::json!({"backend": "host"})),
+            })
+        }
+    }
+}
+
+#[cfg(feature = "iree")]
+fn start_iree(
+    iree: &IreeSettings,
+    ck: &Checkpoint,
+    model: Arc<Phi4mm>,
+    config: SchedulerConfig,
+    detok: Option<Detokenize>,
+) -> Result<Running, String> {
+    let backend = Arc::new(
+        crate::iree::backend::IreeBackend::load(ck, model, iree).map_err(|e| format!("{e:#}"))?,
+    );
+    let scheduler = Scheduler::start(backend.clone(), config, detok)
+        .map_err(|e| format!("cannot start the scheduler: {e}"))?;
+    let b = backend.clone();
+    Ok(Running {
+        scheduler,
+        media: backend,
+        name: "iree",
+        details: Arc::new(move || b.details()),
+    })
+}
+
+#[cfg(not(feature = "iree"))]
+fn start_iree(
+    _: &IreeSettings,
+    _: &Checkpoint,
+    _: Arc<Phi4mm>,
+    _: SchedulerConfig,
+    _: Option<Detokenize>,
+) -> Result<Running, String> {
+    unreachable!("resolve() refuses iree without the feature")
+}
+
+/// Greedy decoding of one prepared prompt on any backend (a batch of one): prefill, then one
+/// token per step until `max_new_tokens` or a stop id.
+pub fn greedy<B: StepBackend>(
+    backend: &B,
+    embeds: &[f32],
+    adapter: AdapterMode,
+    max_new_tokens: usize,
+    stop_ids: &[u32],
+) -> Generation {
+    let mut state = backend.new_state();
+    let mut step = |e: &[f32]| {
+        backend
+            .step(&mut [StepRow {
+                state: &mut state,
+                embeds: e,
+                adapter,
+            }])
+            .remove(0)
+    };
+    let mut logits = step(embeds);
+    let logits_first = logits.clone();
+    let mut tokens = Vec::new();
+    while tokens.len() < max_new_tokens {
+        let next = argmax(&logits);
+        tokens.push(next);
+        if stop_ids.contains(&next) || tokens.len() == max_new_tokens {
+            break;
+        }
+        logits = step(&backend.embed(&[next]));
+    }
+    Generation {
+        tokens,
+        logits_first,
+    }
+}

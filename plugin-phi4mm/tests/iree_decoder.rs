@@ -8,20 +8,8 @@ mod iree_support;
 mod model_support;
 
 use model_support::*;
-use switchyard_phi4mm::model::{argmax, AdapterMode};
+use switchyard_phi4mm::model::argmax;
 use switchyard_phi4mm::scheduler::{StepBackend, StepRow};
-
-fn adapter(case: &str) -> AdapterMode {
-    match manifest()["model_cases"]["cases"][case]["adapter"]
-        .as_str()
-        .unwrap()
-    {
-        "__base__" => AdapterMode::None,
-        "speech" => AdapterMode::Speech,
-        "vision" => AdapterMode::Vision,
-        other => panic!("adapter {other}"),
-    }
-}
 
 fn run(layout: &str) {
     let dec = iree_support::decoder(layout);
@@ -47,7 +35,7 @@ fn run(layout: &str) {
         } else {
             dec.embed(&ids)
         };
-        let mode = adapter(case);
+        let mode = case_adapter(case);
         let mut st = dec.new_state();
         let mut logits = dec
             .step(&mut [StepRow {

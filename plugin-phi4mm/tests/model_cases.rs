@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use model_support::*;
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm, PromptInput};
+use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
 
 fn model(layout_dir: &str) -> &'static Phi4mm {
     static NATIVE: OnceLock<Phi4mm> = OnceLock::new();
@@ -21,28 +21,6 @@ fn model(layout_dir: &str) -> &'static Phi4mm {
         let ck = Checkpoint::open(&fixture().join(layout_dir)).expect("fixture checkpoint");
         Phi4mm::load(&ck, 2)
     })
-}
-
-/// Builds the id-driven input of a case from its manifest entry and the fixture's media tensors.
-pub fn case_input(case: &str) -> PromptInput {
-    let m = &manifest()["model_cases"]["cases"][case];
-    let ids = model_cases().i64(&format!("{case}.input_ids"));
-    PromptInput {
-        input_ids: ids.iter().map(|&i| i as u32).collect(),
-        images: m["images"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| image_input(i["name"].as_str().unwrap()))
-            .collect(),
-        audios: m["audios"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| audio_input(a.as_str().unwrap()))
-            .collect(),
-        adapter: AdapterChoice::Auto,
-    }
 }
 
 fn run_case(layout_dir: &str, case: &str) {

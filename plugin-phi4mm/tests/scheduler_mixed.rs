@@ -40,7 +40,7 @@ fn run_batch(batch: &str, prefill_chunk: usize) {
     for (i, case) in cases.iter().enumerate() {
         let sink = ChannelSink::new(i as u64, tx.clone());
         sched
-            .submit(job(&backend, i as u64, case_input(case), 8, sink))
+            .submit(job(&backend, i as u64, pinned_case_input(case), 8, sink))
             .unwrap();
     }
     let mut records = HashMap::new();
@@ -57,7 +57,7 @@ fn run_batch(batch: &str, prefill_chunk: usize) {
             r.outcome,
             Some(Outcome::Finished {
                 reason: FinishReason::Length,
-                prompt_tokens: case_input(case).input_ids.len(),
+                prompt_tokens: pinned_case_input(case).input_ids.len(),
                 completion_tokens: 8
             }),
             "{batch} row {i}"
@@ -69,7 +69,7 @@ fn run_batch(batch: &str, prefill_chunk: usize) {
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
         assert_eq!(r.tokens, want, "{batch} row {i} ({case}) vs reference");
-        let (solo_tokens, solo_logits) = solo(&case_input(case), 8);
+        let (solo_tokens, solo_logits) = solo(&pinned_case_input(case), 8);
         assert_eq!(r.tokens, solo_tokens, "{batch} row {i} ({case}) vs solo");
         let (ref_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
         let got = r.logits_first.as_ref().expect("first logits");

@@ -58,7 +58,7 @@ impl Harness {
 
     fn submit(&self, id: u64, case: &str, max: usize, sink: ChannelSink) -> Result<(), Refusal> {
         self.sched
-            .submit(job(&self.backend, id, case_input(case), max, sink))
+            .submit(job(&self.backend, id, pinned_case_input(case), max, sink))
     }
 
     /// Records events until `until` matches one.
@@ -214,14 +214,14 @@ fn eight_requests_over_four_slots() {
 
     // B stopped mid-decode: a prefix of its solo run, reported as cancelled.
     let b = &h.records[&B];
-    let (b_solo, _) = solo(&case_input(case(B)), max(B));
+    let (b_solo, _) = solo(&pinned_case_input(case(B)), max(B));
     assert!(!b.tokens.is_empty() && b.tokens.len() < max(B));
     assert_eq!(b.tokens[..], b_solo[..b.tokens.len()]);
     assert_eq!(
         b.outcome,
         Some(Outcome::Finished {
             reason: FinishReason::Cancelled,
-            prompt_tokens: case_input(case(B)).input_ids.len(),
+            prompt_tokens: pinned_case_input(case(B)).input_ids.len(),
             completion_tokens: b.tokens.len(),
         })
     );
@@ -231,7 +231,7 @@ fn eight_requests_over_four_slots() {
     );
     for (id, case, max) in plan.iter().filter(|p| p.0 != B) {
         let r = &h.records[id];
-        let (want, _) = solo(&case_input(case), *max);
+        let (want, _) = solo(&pinned_case_input(case), *max);
         assert_eq!(&r.tokens, &want, "request {id} ({case}) vs its solo run");
         assert!(matches!(
             r.outcome,
@@ -281,7 +281,7 @@ fn disconnect_queued_cancel_and_deadline_free_everything() {
     assert!(h.records[&1].outcome.is_none());
 
     // A request whose deadline has passed fails without computing.
-    let mut j = job(&h.backend, 3, case_input("text_base"), 8, h.sink(3));
+    let mut j = job(&h.backend, 3, pinned_case_input("text_base"), 8, h.sink(3));
     j.deadline = Some(Instant::now());
     h.sched.submit(j).unwrap();
     h.wait("3 done", |e| matches!(e, Ev::Done(3, _)));

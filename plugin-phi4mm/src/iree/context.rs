@@ -2,7 +2,8 @@
 //! Every module goes through [`IreeContext::module_bytes`], so every module is cached and verified
 //! the same way, the decoder included.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use eerie::runtime::{DeviceSpec, Runtime};
@@ -18,6 +19,16 @@ pub struct IreeContext {
     identity: CompilerIdentity,
     /// HAL driver: `local-sync` (default), `local-task`, `cuda` where built.
     pub device: String,
+    modules: Mutex<Vec<ModuleTiming>>,
+}
+
+/// How one module was obtained: compiled now (cold) or loaded and verified from the cache.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModuleTiming {
+    pub entry: String,
+    pub compiled: bool,
+    pub seconds: f64,
+    pub bytes: usize,
 }
 
 impl IreeContext {
@@ -29,6 +40,7 @@ impl IreeContext {
             compiler,
             identity,
             device: device.to_string(),
+            modules: Mutex::new(Vec::new()),
         })
     }
 
@@ -46,11 +58,29 @@ impl IreeContext {
             mlir,
             weights: &weights.specs,
         };
+        let t = Instant::now();
         let loaded = self
             .cache
             .load_or_compile(&req, &self.identity, |src| self.compiler.compile(src))
             .with_context(|| format!("IREE module `{entry}`"))?;
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ModuleTiming {
+                entry: entry.to_string(),
+                compiled: loaded.compiled,
+                seconds: t.elapsed().as_secs_f64(),
+                bytes: loaded.bytes.len(),
+            });
         Ok(loaded.bytes)
+    }
+
+    /// Every module this context obtained, in order, with how long it took.
+    pub fn module_timings(&self) -> Vec<ModuleTiming> {
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A runtime on this context's device (call on the thread that will own it).

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
-use switchyard_phi4mm::model::{AudioInput, ImageInput};
+use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, AudioInput, ImageInput, PromptInput};
 
 pub fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/phi4mm-tiny")
@@ -195,4 +195,36 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32)
         want[worst.0],
         max_abs_diff(got, want)
     );
+}
+
+/// Builds the id-driven input of a case from its manifest entry and the fixture's media tensors.
+pub fn case_input(case: &str) -> PromptInput {
+    let m = &manifest()["model_cases"]["cases"][case];
+    let ids = model_cases().i64(&format!("{case}.input_ids"));
+    PromptInput {
+        input_ids: ids.iter().map(|&i| i as u32).collect(),
+        images: m["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| image_input(i["name"].as_str().unwrap()))
+            .collect(),
+        audios: m["audios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| audio_input(a.as_str().unwrap()))
+            .collect(),
+        adapter: AdapterChoice::Auto,
+    }
+}
+
+/// The adapter a case names in the manifest.
+pub fn case_adapter(case: &str) -> AdapterMode {
+    match manifest()["model_cases"]["cases"][case]["adapter"].as_str().unwrap() {
+        "__base__" => AdapterMode::None,
+        "speech" => AdapterMode::Speech,
+        "vision" => AdapterMode::Vision,
+        other => panic!("adapter {other}"),
+    }
 }

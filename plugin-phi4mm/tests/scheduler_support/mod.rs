@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use crate::model_support::*;
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm, PromptInput};
+use switchyard_phi4mm::model::{AdapterChoice, Phi4mm, PromptInput};
 use switchyard_phi4mm::sampling::SamplingConfig;
-use switchyard_phi4mm::scheduler::{HostBackend, Job, Outcome, RowSink};
+use switchyard_phi4mm::scheduler::{HostBackend, Job, MediaStage, Outcome, RowSink};
 
 pub fn model() -> Arc<Phi4mm> {
     static M: OnceLock<Arc<Phi4mm>> = OnceLock::new();
@@ -23,37 +23,11 @@ pub fn model() -> Arc<Phi4mm> {
     .clone()
 }
 
-/// A fixture model case as a request: its expanded ids, its media from the fixture's
-/// features / preprocessed images, and the adapter the case names.
-pub fn case_input(case: &str) -> PromptInput {
-    let m = &manifest()["model_cases"]["cases"][case];
-    let input_ids = model_cases()
-        .i64(&format!("{case}.input_ids"))
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    let audios = m["audios"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| audio_input(a.as_str().unwrap()))
-        .collect();
-    let images = m["images"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| image_input(i["name"].as_str().unwrap()))
-        .collect();
-    let mode = match m["adapter"].as_str().unwrap() {
-        "__base__" => AdapterMode::None,
-        "speech" => AdapterMode::Speech,
-        _ => AdapterMode::Vision,
-    };
+/// A fixture model case as a request, with the adapter the case names pinned.
+pub fn pinned_case_input(case: &str) -> PromptInput {
     PromptInput {
-        input_ids,
-        images,
-        audios,
-        adapter: AdapterChoice::Fixed(mode),
+        adapter: AdapterChoice::Fixed(case_adapter(case)),
+        ..crate::model_support::case_input(case)
     }
 }
 

@@ -16,7 +16,9 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{argmax, AdapterMode, Phi4mm};
+use switchyard_phi4mm::audio::AudioOptions;
+use switchyard_phi4mm::model::{argmax, AdapterMode, AudioBranch, AudioInput, ImageInput, Phi4mm};
+use switchyard_phi4mm::request;
 use switchyard_phi4mm::scheduler::{HostBackend, StepBackend, StepRow};
 
 use crate::generate::IreeArgs;
@@ -47,6 +49,52 @@ pub struct BenchBatchArgs {
     rounds: usize,
     #[command(flatten)]
     iree: IreeArgs,
+}
+
+/// A 30 s 16 kHz clip (a chirp plus noise) as log-mel features, and a 1344×896 image (gradients
+/// plus noise) as crops: the encoder benchmark's inputs, made in memory.
+fn encoder_inputs() -> Result<(AudioInput, ImageInput)> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut wav = std::io::Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut wav, spec)?;
+    let mut seed = 12345u32;
+    for i in 0..30 * 16_000u32 {
+        let t = f64::from(i) / 16_000.0;
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let noise = f64::from(seed >> 16) / 65536.0 - 0.5;
+        let v = 0.3 * (2.0 * std::f64::consts::PI * (200.0 + 100.0 * t) * t).sin() + 0.05 * noise;
+        w.write_sample((v * 32767.0) as i16)?;
+    }
+    w.finalize()?;
+    let audio = request::audio_input(wav.get_ref(), &AudioOptions::default())?;
+    let rgb = ::image::RgbImage::from_fn(1344, 896, |x, y| {
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        ::image::Rgb([(x / 6) as u8, (y / 4) as u8, (seed >> 24) as u8])
+    });
+    let p = switchyard_phi4mm::image::preprocess_rgb(&rgb, 36)?;
+    let image = ImageInput {
+        crops: p.num_crops(),
+        canvas: [p.image_size.0, p.image_size.1],
+        pixel_values: p.pixel_values,
+        patch_masks: p.attention_mask,
+    };
+    Ok((audio, image))
+}
+
+/// Best wall time of `rounds` runs of `f`, in milliseconds.
+fn best_ms(rounds: usize, mut f: impl FnMut()) -> f64 {
+    (0..rounds.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// The mixed batch: base, speech and vision rows interleaved.
@@ -157,10 +205,11 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
         .collect();
     let prompt = model.decoder.embed(&ids);
     let host = HostBackend(model.clone());
-    let iree = if args.backend != Which::Host {
-        Some(load_iree(&ck, model.clone(), &args)?)
+    let (iree, modules) = if args.backend != Which::Host {
+        let (b, m) = load_iree(&ck, model.clone(), &args)?;
+        (Some(b), m)
     } else {
-        None
+        (None, Value::Null)
     };
     let mut host_best = Figures::default();
     let mut iree_best = Figures::default();
@@ -173,6 +222,26 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
         if let Some(b) = &iree {
             iree_best.merge_best(iree_round(b, &prompt, &args));
         }
+    }
+    // Encoders: a 30 s clip and a 1344×896 image, host and IREE.
+    let (audio, image) = encoder_inputs()?;
+    let mut encoders = json!({
+        "audio_frames": audio.frames, "image_crops": image.crops,
+        "audio_hidden": model.config.audio.hidden_size,
+        "vision_hidden": model.config.vision.hidden_size,
+    });
+    if args.backend != Which::Iree {
+        encoders["host_audio_30s_ms"] = json!(best_ms(args.rounds, || {
+            model.install(|| model.audio.encode(&audio.features, audio.frames, AudioBranch::Speech));
+        }));
+        encoders["host_vision_1344x896_ms"] = json!(best_ms(args.rounds, || {
+            model.install(|| model.vision.encode(&image));
+        }));
+    }
+    if let Some(b) = &iree {
+        let (a, v) = iree_encoders(b, &audio, &image, args.rounds)?;
+        encoders["iree_audio_30s_ms"] = json!(a);
+        encoders["iree_vision_1344x896_ms"] = json!(v);
     }
     let c = &model.config.text;
     let mut report = json!({
@@ -187,8 +256,10 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     if args.backend != Which::Iree {
         report["host"] = host_best.json();
     }
+    report["encoders"] = encoders;
     if iree.is_some() {
         report["iree"] = iree_best.json();
+        report["iree_modules"] = modules;
         if args.backend == Which::Both {
             report["iree_over_host"] = json!({
                 "prefill": iree_best.prefill_tok_s / host_best.prefill_tok_s,
@@ -206,16 +277,30 @@ type IreeBench = switchyard_phi4mm::iree::backend::IreeBackend;
 #[cfg(not(feature = "iree"))]
 type IreeBench = ();
 
+/// Loads the IREE backend twice on a fresh artifact cache: the first load compiles every module
+/// (cold), the second finds them all in the cache (warm). Returns the warm backend and both
+/// loads' per-module timings.
 #[cfg(feature = "iree")]
-fn load_iree(ck: &Checkpoint, model: Arc<Phi4mm>, args: &BenchBatchArgs) -> Result<IreeBench> {
+fn load_iree(
+    ck: &Checkpoint,
+    model: Arc<Phi4mm>,
+    args: &BenchBatchArgs,
+) -> Result<(IreeBench, Value)> {
     let mut s = args.iree.settings();
     // Enough positions for the prompt and the timed steps; a smaller cache is less to copy.
     s.context = s.context.min(args.prompt_tokens + args.new_tokens + 8);
-    IreeBench::load(ck, model, &s)
+    let fresh = tempfile::tempdir_in(std::env::current_dir()?)?;
+    s.cache_dir = Some(fresh.path().to_path_buf());
+    let cold = IreeBench::load(ck, model.clone(), &s)?;
+    let cold_modules = cold.details()["modules"].clone();
+    drop(cold);
+    let warm = IreeBench::load(ck, model, &s)?;
+    let warm_modules = warm.details()["modules"].clone();
+    Ok((warm, json!({"cold": cold_modules, "warm": warm_modules})))
 }
 
 #[cfg(not(feature = "iree"))]
-fn load_iree(_: &Checkpoint, _: Arc<Phi4mm>, _: &BenchBatchArgs) -> Result<IreeBench> {
+fn load_iree(_: &Checkpoint, _: Arc<Phi4mm>, _: &BenchBatchArgs) -> Result<(IreeBench, Value)> {
     anyhow::bail!("this phi4mm was built without the `iree` feature")
 }
 
@@ -226,5 +311,32 @@ fn iree_round(b: &IreeBench, prompt: &[f32], args: &BenchBatchArgs) -> Figures {
 
 #[cfg(not(feature = "iree"))]
 fn iree_round(_: &IreeBench, _: &[f32], _: &BenchBatchArgs) -> Figures {
+    unreachable!("load_iree fails without the feature")
+}
+
+#[cfg(feature = "iree")]
+fn iree_encoders(
+    b: &IreeBench,
+    audio: &AudioInput,
+    image: &ImageInput,
+    rounds: usize,
+) -> Result<(f64, f64)> {
+    let e = b.encoders();
+    e.audio.encode(&audio.features, audio.frames, AudioBranch::Speech)?;
+    e.vision.encode(image)?;
+    Ok((
+        best_ms(rounds, || {
+            e.audio
+                .encode(&audio.features, audio.frames, AudioBranch::Speech)
+                .expect("IREE audio encoder");
+        }),
+        best_ms(rounds, || {
+            e.vision.encode(image).expect("IREE vision tower");
+        }),
+    ))
+}
+
+#[cfg(not(feature = "iree"))]
+fn iree_encoders(_: &IreeBench, _: &AudioInput, _: &ImageInput, _: usize) -> Result<(f64, f64)> {
     unreachable!("load_iree fails without the feature")
 }

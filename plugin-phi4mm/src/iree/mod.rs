@@ -2,6 +2,7 @@
 //! verified artifact cache, and the IREE runtime on worker threads, driven by the same scheduler
 //! as the host backend.
 
+pub mod audio;
 pub mod compiler;
 pub mod context;
 pub mod decoder;

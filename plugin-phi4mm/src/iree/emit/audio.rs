@@ -1,0 +1,438 @@
+//! The Conformer audio encoder as StableHLO, module `audio`, two kinds of function:
+//!
+//! - `subsample`: normalisation and the NeMo dw-striding subsampler over a fixed chunk of
+//!   `(SUB_ROWS + 2)·8` feature frames → `SUB_ROWS + 2` encoder rows, of which the caller keeps
+//!   rows `1..=SUB_ROWS`. The subsampler is local (output row r sees frames 8r−7 … 8r+7, and every
+//!   intermediate position in that cone lies inside the chunk), so with one row of halo on each
+//!   side a clip of any length is cut into chunks whose kept rows equal the host's whole-clip
+//!   subsampling exactly. The host zero-pads each conv stage at the clip's true edges; here each
+//!   stage's output is masked to its valid range `[lo_k, hi_k)` (chunk-relative, runtime input),
+//!   which reproduces that padding wherever the chunk touches the clip start or end.
+//! - `window_w{W}`: the Conformer blocks over one attention window of a static `W` rows plus the
+//!   selected audio projection. The host runs windows of exactly `t` rows when `t ≤ 500` and
+//!   zero-padded windows of 500 (all rows attending) otherwise; here keys at or past the runtime
+//!   `valid` length are masked, so a short clip in a larger bucket attends over exactly its own
+//!   `t` rows (the depthwise conv is causal, so padded rows never reach valid ones), and long-clip
+//!   windows run with `valid = 500`. Both projection branches are computed and the runtime `mode`
+//!   picks one, so one compiled function serves speech and vision requests.
+//!
+//! Every function declares every weight, in the same order, so one uploaded list serves all.
+
+use crate::checkpoint::schema::AUDIO_PREFIX;
+use crate::checkpoint::{AudioConfig, Checkpoint};
+
+use crate::iree::mlir::{self, Bin, Cmp, DType, Func, Ty, V};
+use crate::iree::weights::Weights;
+
+/// Encoder rows one `subsample` call produces for the caller (plus one halo row on each side).
+pub const SUB_ROWS: usize = 128;
+
+/// Window buckets: a small one for short clips (attention is quadratic in the bucket) and the
+/// full reference window; each bucket is a copy of the whole Conformer in the module, so few.
+pub fn window_buckets(c: &AudioConfig) -> Vec<usize> {
+    let win = c.max_seq_len_window;
+    let mut b: Vec<usize> = [64].into_iter().filter(|&w| w < win).collect();
+    b.push(win);
+    b
+}
+
+/// Emitted module text and its weight schema.
+pub struct AudioModule {
+    pub mlir: String,
+    pub weights: Weights,
+}
+
+struct Lin {
+    w: V,
+    b: V,
+}
+
+struct LnW {
+    w: V,
+    b: V,
+}
+
+struct FfW {
+    norm: LnW,
+    up: Lin,
+    down: Lin,
+}
+
+struct BlockW {
+    ff_in: FfW,
+    ff_out: FfW,
+    ln_att: LnW,
+    q: Lin,
+    k: Lin,
+    v: Lin,
+    o: Lin,
+    conv_norm: LnW,
+    glu_pw: Lin,
+    b1: V,
+    b2: V,
+    dw_w: V,
+    dw_b: V,
+    pw: Lin,
+    ext_pw: Lin,
+    ln_out: LnW,
+}
+
+struct AudioW {
+    mean: V,
+    invstd: V,
+    conv0: Lin,
+    /// (depthwise, pointwise) per later stride-2 stage.
+    stages: Vec<(Lin, Lin)>,
+    embed_out: Lin,
+    bias_values: V,
+    blocks: Vec<BlockW>,
+    speech: (Lin, Lin),
+    vision: (Lin, Lin),
+}
+
+/// Declares weights as arguments of one function, in a fixed order.
+struct Decl<'a> {
+    w: &'a mut Weights,
+    ck: &'a Checkpoint,
+}
+
+impl Decl<'_> {
+    fn t(&mut self, f: &mut Func, name: &str) -> V {
+        self.w.arg(f, name, self.ck.tensor(name))
+    }
+
+    /// A biased linear layer; pointwise conv weights `[out, in, 1(, 1)]` become `[out, in]`.
+    fn lin(&mut self, f: &mut Func, p: &str) -> Lin {
+        let w = self.t(f, &format!("{p}.weight"));
+        let w = if w.ty.rank() > 2 {
+            let (o, i) = (w.dim(0), w.dim(1));
+            f.reshape(&w, &[o, i])
+        } else {
+            w
+        };
+        Lin {
+            w,
+            b: self.t(f, &format!("{p}.bias")),
+        }
+    }
+
+    /// Weight and bias as stored (conv kernels keep their rank).
+    fn raw(&mut self, f: &mut Func, p: &str) -> Lin {
+        Lin {
+            w: self.t(f, &format!("{p}.weight")),
+            b: self.t(f, &format!("{p}.bias")),
+        }
+    }
+
+    fn ln(&mut self, f: &mut Func, p: &str) -> LnW {
+        let l = self.raw(f, p);
+        LnW { w: l.w, b: l.b }
+    }
+
+    fn ff(&mut self, f: &mut Func, p: &str) -> FfW {
+        FfW {
+            norm: self.ln(f, &format!("{p}.layer_norm")),
+            up: self.lin(f, &format!("{p}.gate_up_proj")),
+            down: self.lin(f, &format!("{p}.down_proj")),
+        }
+    }
+}
+
+fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> AudioW {
+    let c = &ck.config.audio;
+    let d = c.hidden_size;
+    let ep = format!("{AUDIO_PREFIX}encoder.");
+    let mut dc = Decl { w, ck };
+    let mean = dc.t(f, &format!("{ep}encoder_embedding.global_mean"));
+    let invstd = dc.t(f, &format!("{ep}encoder_embedding.global_invstd"));
+    let conv0 = dc.raw(f, &format!("{ep}embed.conv.0"));
+    let stages = (1..c.subsampling_stages())
+        .map(|s| {
+            (
+                dc.raw(f, &format!("{ep}embed.conv.{}", 3 * s - 1)),
+                dc.lin(f, &format!("{ep}embed.conv.{}", 3 * s)),
+            )
+        })
+        .collect();
+    let embed_out = dc.lin(f, &format!("{ep}embed.out"));
+    let bias_values = dc.t(
+        f,
+        &format!("{ep}relative_attention_bias_layer.bias_values.weight"),
+    );
+    let blocks = (0..c.num_blocks)
+        .map(|i| {
+            let p = format!("{ep}encoders.{i}.");
+            let ff_in = dc.ff(f, &format!("{p}feed_forward_in"));
+            let ff_out = dc.ff(f, &format!("{p}feed_forward_out"));
+            let ln_att = dc.ln(f, &format!("{p}layer_norm_att"));
+            let q = dc.lin(f, &format!("{p}self_attn.q_proj"));
+            let k = dc.lin(f, &format!("{p}self_attn.k_proj"));
+            let v = dc.lin(f, &format!("{p}self_attn.v_proj"));
+            let o = dc.lin(f, &format!("{p}self_attn.o_proj"));
+            let conv_norm = dc.ln(f, &format!("{p}conv.layer_norm"));
+            let glu_pw = dc.lin(f, &format!("{p}conv.glu.ext_pw_conv_1d"));
+            let b1 = dc.t(f, &format!("{p}conv.glu.b1"));
+            let b1 = f.reshape(&b1, &[d]);
+            let b2 = dc.t(f, &format!("{p}conv.glu.b2"));
+            let b2 = f.reshape(&b2, &[d]);
+            let dw = dc.raw(f, &format!("{p}conv.dw_sep_conv_1d.dw_conv"));
+            let pw = dc.lin(f, &format!("{p}conv.dw_sep_conv_1d.pw_conv"));
+            let ext_pw = dc.lin(f, &format!("{p}conv.ext_pw_conv_1d"));
+            let ln_out = dc.ln(f, &format!("{p}layer_norm"));
+            BlockW {
+                ff_in,
+                ff_out,
+                ln_att,
+                q,
+                k,
+                v,
+                o,
+                conv_norm,
+                glu_pw,
+                b1,
+                b2,
+                dw_w: dw.w,
+                dw_b: dw.b,
+                pw,
+                ext_pw,
+                ln_out,
+            }
+        })
+        .collect();
+    let mut proj = |f: &mut Func, branch: &str| {
+        (
+            dc.lin(f, &format!("{AUDIO_PREFIX}up_proj_for_{branch}")),
+            dc.lin(f, &format!("{AUDIO_PREFIX}down_proj_for_{branch}")),
+        )
+    };
+    let speech = proj(f, "speech");
+    let vision = proj(f, "vision_speech");
+    AudioW {
+        mean,
+        invstd,
+        conv0,
+        stages,
+        embed_out,
+        bias_values,
+        blocks,
+        speech,
+        vision,
+    }
+}
+
+fn linear(f: &mut Func, x: &V, l: &Lin) -> V {
+    let y = f.linear_t(x, &l.w);
+    f.add(&y, &l.b)
+}
+
+fn relu(f: &mut Func, x: &V) -> V {
+    let z = f.splat(0.0, x.shape());
+    f.bin(Bin::Max, x, &z)
+}
+
+/// Zeroes positions of dimension `dim` outside `[lo, hi)` (scalar i32 tensors).
+fn mask_range(f: &mut Func, x: &V, dim: usize, lo: &V, hi: &V) -> V {
+    let shape = x.shape().to_vec();
+    let pos = f.iota(&shape, dim, DType::I32);
+    let lo = f.broadcast(lo, &shape, &[]);
+    let hi = f.broadcast(hi, &shape, &[]);
+    let ge = f.compare(&pos, &lo, Cmp::Ge);
+    let lt = f.compare(&pos, &hi, Cmp::Lt);
+    let keep = f.bin(Bin::And, &ge, &lt);
+    let z = f.splat(0.0, &shape);
+    f.select(&keep, x, &z)
+}
+
+/// Adds a per-channel bias to an NCHW tensor.
+fn add_channel_bias(f: &mut Func, x: &V, b: &V) -> V {
+    let shape = x.shape().to_vec();
+    let b = f.broadcast(b, &shape, &[1]);
+    f.add(x, &b)
+}
+
+/// `subsample(weights…, features [(SUB_ROWS+2)·8, input_size], bounds [2·(stages+1)] i32)
+/// → [SUB_ROWS+2, hidden]`; `bounds` holds `lo_k, hi_k` per stage (k = 0 the input frames).
+fn emit_subsample(ck: &Checkpoint, w: &mut Weights) -> Func {
+    let c = &ck.config.audio;
+    let stages = c.subsampling_stages();
+    let mut f = Func::new("subsample");
+    let aw = declare(&mut f, w, ck);
+    let n = (SUB_ROWS + 2) * c.time_reduction;
+    let fin = c.input_size;
+    let x = f.arg(Ty::f32(&[n, fin]));
+    let bounds = f.arg(Ty::i32(&[2 * (stages + 1)]));
+    let lo: Vec<V> = (0..=stages).map(|k| f.scalar_at(&bounds, 2 * k)).collect();
+    let hi: Vec<V> = (0..=stages)
+        .map(|k| f.scalar_at(&bounds, 2 * k + 1))
+        .collect();
+
+    let x = f.sub(&x, &aw.mean);
+    let x = f.mul(&x, &aw.invstd);
+    let x = mask_range(&mut f, &x, 0, &lo[0], &hi[0]);
+    let x = f.reshape(&x, &[1, 1, n, fin]);
+    let y = f.conv(&x, &aw.conv0.w, &[2, 2], &[(1, 1), (1, 1)], 1);
+    let y = add_channel_bias(&mut f, &y, &aw.conv0.b);
+    let y = relu(&mut f, &y);
+    let mut x = mask_range(&mut f, &y, 2, &lo[1], &hi[1]);
+    for (s, (dw, pw)) in aw.stages.iter().enumerate() {
+        let ch = x.dim(1);
+        let y = f.conv(&x, &dw.w, &[2, 2], &[(1, 1), (1, 1)], ch);
+        let y = add_channel_bias(&mut f, &y, &dw.b);
+        // Pointwise 1×1 conv: contract the channel dimension → [1, t, f, out] → NCHW.
+        let z = f.dot_general(&y, &pw.w, (&[], &[]), (&[1], &[1]));
+        let z = f.transpose(&z, &[0, 3, 1, 2]);
+        let z = add_channel_bias(&mut f, &z, &pw.b);
+        let z = relu(&mut f, &z);
+        x = mask_range(&mut f, &z, 2, &lo[s + 2], &hi[s + 2]);
+    }
+    // Flatten channel-major (feature = channel · freq_len + freq), as the host does.
+    let (ch, t, fr) = (x.dim(1), x.dim(2), x.dim(3));
+    let x = f.reshape(&x, &[ch, t, fr]);
+    let x = f.transpose(&x, &[1, 0, 2]);
+    let x = f.reshape(&x, &[t, ch * fr]);
+    let out = linear(&mut f, &x, &aw.embed_out);
+    f.ret(vec![out]);
+    f
+}
+
+/// T5 relative bias `[heads, w, w]`: `bias_values[clamp(j − i, −D, D−1) + D][h]`, as a one-hot
+/// contraction (exact: one non-zero term per entry).
+fn relative_bias(f: &mut Func, bias_values: &V, w: usize, dmax: usize) -> V {
+    let buckets = 2 * dmax;
+    let shape = [w, w, buckets];
+    let i = f.iota(&shape, 0, DType::I32);
+    let j = f.iota(&shape, 1, DType::I32);
+    let r = f.sub(&j, &i);
+    let lo = f.splat_i32(-(dmax as i32), &[]);
+    let lo = f.broadcast(&lo, &shape, &[]);
+    let hi = f.splat_i32(dmax as i32 - 1, &[]);
+    let hi = f.broadcast(&hi, &shape, &[]);
+    let r = f.bin(Bin::Max, &r, &lo);
+    let r = f.bin(Bin::Min, &r, &hi);
+    let off = f.splat_i32(dmax as i32, &[]);
+    let off = f.broadcast(&off, &shape, &[]);
+    let r = f.add(&r, &off);
+    let b = f.iota(&shape, 2, DType::I32);
+    let hot = f.compare(&r, &b, Cmp::Eq);
+    let hot = f.convert(&hot, DType::F32);
+    let bias = f.dot_general(&hot, bias_values, (&[], &[]), (&[2], &[0])); // [w, w, heads]
+    f.transpose(&bias, &[2, 0, 1])
+}
+
+fn feed_forward(f: &mut Func, ff: &FfW, x: &V, inter: usize) -> V {
+    let t = x.dim(0);
+    let h = f.layer_norm(x, &ff.norm.w, &ff.norm.b, LN_EPS);
+    let u = linear(f, &h, &ff.up);
+    // [value | gate]: the first half is the value.
+    let val = f.slice(&u, &[0, 0], &[t, inter]);
+    let gate = f.slice(&u, &[0, inter], &[t, 2 * inter]);
+    let g = f.silu(&gate);
+    let act = f.mul(&val, &g);
+    linear(f, &act, &ff.down)
+}
+
+const LN_EPS: f32 = 1e-5;
+
+fn block(f: &mut Func, b: &BlockW, c: &AudioConfig, x: V, bias: &V, key_ok: &V) -> V {
+    let (t, d) = (x.dim(0), x.dim(1));
+    let ff = feed_forward(f, &b.ff_in, &x, c.intermediate_size);
+    let ff = f.scale(&ff, 0.5);
+    let mut x = f.add(&x, &ff);
+
+    let h = f.layer_norm(&x, &b.ln_att.w, &b.ln_att.b, LN_EPS);
+    let (nh, hd) = (c.num_heads, d / c.num_heads);
+    let heads = |f: &mut Func, l: &Lin| {
+        let y = linear(f, &h, l);
+        let y = f.reshape(&y, &[t, nh, hd]);
+        f.transpose(&y, &[1, 0, 2])
+    };
+    let q = heads(f, &b.q);
+    let k = heads(f, &b.k);
+    let v = heads(f, &b.v);
+    let s = f.dot_general(&q, &k, (&[0], &[0]), (&[2], &[2])); // [nh, t, t]
+    let s = f.scale(&s, (hd as f32).powf(-0.5));
+    let s = f.add(&s, bias);
+    let ninf = f.splat(f32::NEG_INFINITY, s.shape());
+    let s = f.select(key_ok, &s, &ninf);
+    let p = f.softmax_last(&s);
+    let o = f.dot_general(&p, &v, (&[0], &[0]), (&[2], &[1])); // [nh, t, hd]
+    let o = f.transpose(&o, &[1, 0, 2]);
+    let o = f.reshape(&o, &[t, d]);
+    let o = linear(f, &o, &b.o);
+    x = f.add(&x, &o);
+
+    // Conv module: GLU, causal depthwise conv (left zero padding), pointwise + swish, ext pw.
+    let h = f.layer_norm(&x, &b.conv_norm.w, &b.conv_norm.b, LN_EPS);
+    let g = linear(f, &h, &b.glu_pw);
+    let a = f.slice(&g, &[0, 0], &[t, d]);
+    let gb = f.slice(&g, &[0, d], &[t, 2 * d]);
+    let a = f.add(&a, &b.b1);
+    let gb = f.add(&gb, &b.b2);
+    let gb = f.silu(&gb);
+    let glu = f.mul(&a, &gb);
+    let ks = c.kernel_size;
+    let gt = f.transpose(&glu, &[1, 0]);
+    let gt = f.reshape(&gt, &[1, d, t]);
+    let dw = f.conv(&gt, &b.dw_w, &[1], &[(ks - 1, 0)], d);
+    let dw = add_channel_bias(f, &dw, &b.dw_b);
+    let dw = f.reshape(&dw, &[d, t]);
+    let dw = f.transpose(&dw, &[1, 0]);
+    let p = linear(f, &dw, &b.pw);
+    let p = f.silu(&p);
+    let conv = linear(f, &p, &b.ext_pw);
+    x = f.add(&x, &conv);
+
+    let ff = feed_forward(f, &b.ff_out, &x, c.intermediate_size);
+    let ff = f.scale(&ff, 0.5);
+    let x = f.add(&x, &ff);
+    f.layer_norm(&x, &b.ln_out.w, &b.ln_out.b, LN_EPS)
+}
+
+fn project(f: &mut Func, x: &V, p: &(Lin, Lin)) -> V {
+    let h = linear(f, x, &p.0);
+    let h = f.gelu_erf(&h);
+    linear(f, &h, &p.1)
+}
+
+/// `window_w{W}(weights…, x [W, hidden], valid [1] i32, mode [1] i32 (0 speech, 1 vision))
+/// → (encoder_out [W, hidden], projected [W, text_hidden])`.
+fn emit_window(ck: &Checkpoint, wlen: usize, w: &mut Weights) -> Func {
+    let c = &ck.config.audio;
+    let mut f = Func::new(&format!("window_w{wlen}"));
+    let aw = declare(&mut f, w, ck);
+    let d = c.hidden_size;
+    let mut x = f.arg(Ty::f32(&[wlen, d]));
+    let valid = f.arg(Ty::i32(&[1]));
+    let mode = f.arg(Ty::i32(&[1]));
+    let bias = relative_bias(&mut f, &aw.bias_values, wlen, c.bias_max_distance);
+    let shape = [c.num_heads, wlen, wlen];
+    let key = f.iota(&shape, 2, DType::I32);
+    let nv = f.scalar_at(&valid, 0);
+    let nv = f.broadcast(&nv, &shape, &[]);
+    let key_ok = f.compare(&key, &nv, Cmp::Lt);
+    for b in &aw.blocks {
+        x = block(&mut f, b, c, x, &bias, &key_ok);
+    }
+    let speech = project(&mut f, &x, &aw.speech);
+    let vision = project(&mut f, &x, &aw.vision);
+    let m = f.scalar_at(&mode, 0);
+    let one = f.splat_i32(1, &[]);
+    let is_vision = f.compare(&m, &one, Cmp::Eq);
+    let is_vision = f.broadcast(&is_vision, speech.shape(), &[]);
+    let proj = f.select(&is_vision, &vision, &speech);
+    f.ret(vec![x, proj]);
+    f
+}
+
+/// The whole audio module: `subsample` and one `window_w{W}` per bucket.
+pub fn emit(ck: &Checkpoint) -> AudioModule {
+    let mut w = Weights::default();
+    let mut funcs = vec![emit_subsample(ck, &mut w)];
+    for wlen in window_buckets(&ck.config.audio) {
+        funcs.push(emit_window(ck, wlen, &mut w));
+    }
+    AudioModule {
+        mlir: mlir::module("audio", &funcs),
+        weights: w,
+    }
+}

@@ -2,3 +2,4 @@
 //! weight schema.
 
 pub mod decoder;
+pub mod vision;

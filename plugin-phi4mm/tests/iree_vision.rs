@@ -19,6 +19,12 @@ const TOL: f32 = 1e-4;
 fn send_sync<T: Send + Sync>() {}
 const _: fn() = send_sync::<IreeVision>;
 
+/// Asserts within [`TOL`] and prints the worst difference (the margin is worth seeing).
+fn check(what: &str, got: &[f32], want: &[f32]) {
+    assert_close(what, got, want, TOL, 0.0);
+    eprintln!("{what}: max abs diff {:.3e}", max_abs_diff(got, want));
+}
+
 fn run(layout: &str) {
     let ck = Checkpoint::open(&fixture().join(layout)).expect("fixture checkpoint");
     let iree = IreeVision::load(&ck, iree_support::context()).expect("IREE vision");
@@ -49,32 +55,22 @@ fn run(layout: &str) {
             assert_eq!(got.tokens, want.tokens, "{what}: tokens");
             assert_eq!(got.tokens, iree.token_count(&img), "{what}: token_count");
             assert_eq!(got.embeds.len(), got.tokens * th, "{what}: embeds shape");
-            assert_close(
+            check(
                 &format!("{what} features vs host"),
                 &got.features,
                 &want.features,
-                TOL,
-                0.0,
             );
-            assert_close(
-                &format!("{what} embeds vs host"),
-                &got.embeds,
-                &want.embeds,
-                TOL,
-                0.0,
-            );
+            check(&format!("{what} embeds vs host"), &got.embeds, &want.embeds);
             features.extend_from_slice(&got.features);
             rows.extend_from_slice(&got.embeds);
             images += 1;
         }
         if refs.has(&t("vision_features")) {
             let (want, _) = refs.f32(&t("vision_features"));
-            assert_close(
+            check(
                 &format!("{layout} {case} vision_features"),
                 &features,
                 &want,
-                TOL,
-                0.0,
             );
             with_features += 1;
         }
@@ -87,12 +83,10 @@ fn run(layout: &str) {
                 .filter(|(_, &id)| id == image_token as i64)
                 .flat_map(|(p, _)| all[p * th..(p + 1) * th].iter().copied())
                 .collect();
-            assert_close(
+            check(
                 &format!("{layout} {case} image rows of inputs_embeds"),
                 &rows,
                 &want,
-                TOL,
-                0.0,
             );
             with_embeds += 1;
         }

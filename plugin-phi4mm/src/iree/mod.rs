@@ -8,5 +8,6 @@ pub mod context;
 pub mod decoder;
 pub mod emit;
 pub mod mlir;
+pub mod vision;
 pub mod weights;
 pub mod worker;

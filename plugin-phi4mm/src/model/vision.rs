@@ -54,6 +54,100 @@ pub struct ImageEncoding {
     pub tokens: usize,
 }
 
+/// Number of decoder rows an image with these crop masks produces (273 + Uh·(Uw+1) for the
+/// official sizes). Shared by the host and IREE encoders.
+pub(crate) fn token_count(c: &VisionConfig, image: &ImageInput) -> usize {
+    let g = c.grid() / 2;
+    let (uh, uw) = useful_grid(c, image);
+    g * (g + 1) + 1 + uh * (uw + 1)
+}
+
+/// Tiles (rows, cols) of the HD canvas.
+pub(crate) fn tiles(c: &VisionConfig, image: &ImageInput) -> (usize, usize) {
+    let s = c.image_size;
+    (image.canvas[0] / s, image.canvas[1] / s)
+}
+
+/// Useful pooled rows/cols of the stitched sub-crop grid, read from the masks downsampled by
+/// taking every second patch row and column inside each tile.
+pub(crate) fn useful_grid(c: &VisionConfig, image: &ImageInput) -> (usize, usize) {
+    let grid = c.grid();
+    let (th, tw) = tiles(c, image);
+    let m = |crop: usize, r: usize, c: usize| image.patch_masks[(crop * grid + r) * grid + c] != 0;
+    // First column of the stitched downsampled mask: tiles (i, 0), rows 0, 2, 4, …
+    let uh = (0..th)
+        .map(|i| {
+            (0..grid)
+                .step_by(2)
+                .filter(|&r| m(1 + i * tw, r, 0))
+                .count()
+        })
+        .sum();
+    let uw = (0..tw)
+        .map(|j| (0..grid).step_by(2).filter(|&c| m(1 + j, 0, c)).count())
+        .sum();
+    (uh, uw)
+}
+
+/// NaViT position id of every patch of a crop (0 for masked patches).
+pub(crate) fn position_ids(c: &VisionConfig, mask: &[u8]) -> Vec<usize> {
+    let grid = c.grid();
+    let nh = (0..grid).filter(|&r| mask[r * grid] != 0).count();
+    let nw = (0..grid).filter(|&c| mask[c] != 0).count();
+    // Boundaries j/grid, j = 1..grid-1, compared with the fractional coordinate i·(1/n) in
+    // float32 (the reference's arange + bucketize, right=True).
+    let bucket = |i: usize, n: usize| -> usize {
+        let x = (i as f64 * (1.0 / n as f64)) as f32;
+        (1..grid).filter(|&j| j as f32 / grid as f32 <= x).count()
+    };
+    let mut ids = vec![0; grid * grid];
+    for r in 0..nh {
+        for cc in 0..nw {
+            if mask[r * grid + cc] != 0 {
+                ids[r * grid + cc] = bucket(r, nh) * grid + bucket(cc, nw);
+            }
+        }
+    }
+    ids
+}
+
+/// The HD layout (order sub_glb) as indices: for each output row, either a pooled row
+/// `(crop, pooled index)` or a separator. Shared so both backends place rows identically.
+pub(crate) enum HdRow {
+    Pooled { crop: usize, index: usize },
+    SubSep,
+    GlbSep,
+}
+
+/// [sub grid with separator column] + glb_sep + [global grid with separator column].
+pub(crate) fn hd_layout(c: &VisionConfig, image: &ImageInput) -> Vec<HdRow> {
+    let g = c.grid() / 2;
+    let (_, tw) = tiles(c, image);
+    let (uh, uw) = useful_grid(c, image);
+    let mut rows = Vec::with_capacity(token_count(c, image));
+    for r in 0..uh {
+        for cc in 0..uw {
+            let (ti, tj) = (r / g, cc / g);
+            rows.push(HdRow::Pooled {
+                crop: 1 + ti * tw + tj,
+                index: (r % g) * g + cc % g,
+            });
+        }
+        rows.push(HdRow::SubSep);
+    }
+    rows.push(HdRow::GlbSep);
+    for r in 0..g {
+        for cc in 0..g {
+            rows.push(HdRow::Pooled {
+                crop: 0,
+                index: r * g + cc,
+            });
+        }
+        rows.push(HdRow::SubSep);
+    }
+    rows
+}
+
 impl VisionEncoder {
     pub fn load(ck: &Checkpoint) -> Self {
         let c = ck.config.vision.clone();
@@ -95,37 +189,7 @@ impl VisionEncoder {
     /// Number of decoder rows an image with these crop masks produces (273 + Uh·(Uw+1) for the
     /// official sizes).
     pub fn token_count(&self, image: &ImageInput) -> usize {
-        let g = self.config.grid() / 2;
-        let (uh, uw) = self.useful_grid(image);
-        g * (g + 1) + 1 + uh * (uw + 1)
-    }
-
-    /// Tiles (rows, cols) of the HD canvas.
-    fn tiles(&self, image: &ImageInput) -> (usize, usize) {
-        let s = self.config.image_size;
-        (image.canvas[0] / s, image.canvas[1] / s)
-    }
-
-    /// Useful pooled rows/cols of the stitched sub-crop grid, read from the masks downsampled by
-    /// taking every second patch row and column inside each tile.
-    fn useful_grid(&self, image: &ImageInput) -> (usize, usize) {
-        let grid = self.config.grid();
-        let (th, tw) = self.tiles(image);
-        let m =
-            |crop: usize, r: usize, c: usize| image.patch_masks[(crop * grid + r) * grid + c] != 0;
-        // First column of the stitched downsampled mask: tiles (i, 0), rows 0, 2, 4, …
-        let uh = (0..th)
-            .map(|i| {
-                (0..grid)
-                    .step_by(2)
-                    .filter(|&r| m(1 + i * tw, r, 0))
-                    .count()
-            })
-            .sum();
-        let uw = (0..tw)
-            .map(|j| (0..grid).step_by(2).filter(|&c| m(1 + j, 0, c)).count())
-            .sum();
-        (uh, uw)
+        token_count(&self.config, image)
     }
 
     /// Runs the tower on every crop and builds the projected image rows.
@@ -134,7 +198,7 @@ impl VisionEncoder {
         let grid = c.grid();
         let np = grid * grid;
         let hid = c.hidden_size;
-        let (th, tw) = self.tiles(image);
+        let (th, tw) = tiles(c, image);
         assert_eq!(
             image.crops,
             1 + th * tw,
@@ -183,23 +247,15 @@ impl VisionEncoder {
             })
             .collect();
 
-        // HD layout, order sub_glb: [sub grid with separator column] + glb_sep + [global grid with
-        // separator column].
-        let (uh, uw) = self.useful_grid(image);
         let mut rows: Vec<f32> = Vec::new();
-        for r in 0..uh {
-            for cc in 0..uw {
-                let (ti, tj) = (r / g, cc / g);
-                let tile = &pooled[1 + ti * tw + tj];
-                let src = ((r % g) * g + cc % g) * hid;
-                rows.extend_from_slice(&tile[src..src + hid]);
+        for row in hd_layout(c, image) {
+            match row {
+                HdRow::Pooled { crop, index } => {
+                    rows.extend_from_slice(&pooled[crop][index * hid..(index + 1) * hid])
+                }
+                HdRow::SubSep => rows.extend_from_slice(&self.sub_sep),
+                HdRow::GlbSep => rows.extend_from_slice(&self.glb_sep),
             }
-            rows.extend_from_slice(&self.sub_sep);
-        }
-        rows.extend_from_slice(&self.glb_sep);
-        for r in 0..g {
-            rows.extend_from_slice(&pooled[0][r * g * hid..(r + 1) * g * hid]);
-            rows.extend_from_slice(&self.sub_sep);
         }
         let tokens = rows.len() / hid;
         let up = self.proj_up.forward(&rows, tokens);
@@ -211,28 +267,6 @@ impl VisionEncoder {
             embeds,
             tokens,
         }
-    }
-
-    /// NaViT position id of every patch of a crop (0 for masked patches).
-    fn position_ids(&self, mask: &[u8]) -> Vec<usize> {
-        let grid = self.config.grid();
-        let nh = (0..grid).filter(|&r| mask[r * grid] != 0).count();
-        let nw = (0..grid).filter(|&c| mask[c] != 0).count();
-        // Boundaries j/grid, j = 1..grid-1, compared with the fractional coordinate i·(1/n) in
-        // float32 (the reference's arange + bucketize, right=True).
-        let bucket = |i: usize, n: usize| -> usize {
-            let x = (i as f64 * (1.0 / n as f64)) as f32;
-            (1..grid).filter(|&j| j as f32 / grid as f32 <= x).count()
-        };
-        let mut ids = vec![0; grid * grid];
-        for r in 0..nh {
-            for cc in 0..nw {
-                if mask[r * grid + cc] != 0 {
-                    ids[r * grid + cc] = bucket(r, nh) * grid + bucket(cc, nw);
-                }
-            }
-        }
-        ids
     }
 
     /// Feature-layer output of one crop, `[grid², hidden]`.
@@ -260,7 +294,7 @@ impl VisionEncoder {
         let mut x = self.patch.forward(&patches, np);
         let pos = self.position.data();
         let mut prow = vec![0.0; hid];
-        for (p, id) in self.position_ids(mask).into_iter().enumerate() {
+        for (p, id) in position_ids(c, mask).into_iter().enumerate() {
             pos.widen_into(id * hid, &mut prow);
             add_in_place(&mut x[p * hid..(p + 1) * hid], &prow);
         }

@@ -1,0 +1,191 @@
+//! The vision tower on IREE: the compiled `vision` module on its own runtime thread. Returns the
+//! same [`ImageEncoding`] as the host [`crate::model::VisionEncoder`]: the tower, pooling and
+//! projection run on IREE; the host only computes indices (position ids, the HD row layout) and
+//! copies rows into place.
+
+use anyhow::{anyhow, ensure, Result};
+use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
+
+use crate::checkpoint::schema::VISION_PREFIX;
+use crate::checkpoint::{Checkpoint, VisionConfig};
+use crate::model::vision::{hd_layout, position_ids, tiles, token_count, HdRow};
+use crate::model::{ImageEncoding, ImageInput};
+
+use super::context::{IreeContext, IreeResult};
+use super::emit::vision::{emit, PROJECT_ROWS};
+use super::worker::Worker;
+
+struct VisionRt {
+    runtime: Runtime,
+    _program: Program,
+    main: Function,
+    project: Function,
+    weights: Vec<Value>,
+}
+
+pub struct IreeVision {
+    config: VisionConfig,
+    text_hidden: usize,
+    sub_sep: Vec<f32>,
+    glb_sep: Vec<f32>,
+    worker: Worker<VisionRt>,
+}
+
+fn f32_view(rt: &Runtime, shape: &[usize], data: &[f32]) -> Result<BufferView<f32>> {
+    rt.buffer_view(shape, data).iree("IREE input buffer")
+}
+
+impl IreeVision {
+    /// Emits, compiles (or loads from the cache) and loads the vision module, uploads its weights.
+    pub fn load(ck: &Checkpoint, ctx: &IreeContext) -> Result<Self> {
+        let c = ck.config.vision.clone();
+        let text_hidden = ck.config.text.hidden_size;
+        let module = emit(ck);
+        let identity = format!(
+            "vision v1 layers_used={} hidden={} heads={} inter={} channels={} image={} patch={} eps={:e} text_hidden={text_hidden} project_rows={PROJECT_ROWS} f32",
+            c.layers_used(),
+            c.hidden_size,
+            c.num_heads,
+            c.intermediate_size,
+            c.num_channels,
+            c.image_size,
+            c.patch_size,
+            c.layer_norm_eps,
+        );
+        let bytes = ctx.module_bytes("vision", &identity, &module.mlir, &module.weights)?;
+        let weights = module.weights.clone();
+        let device = ctx.device.clone();
+        let worker = Worker::spawn("phi4mm-iree-vision", move || -> Result<VisionRt> {
+            let runtime = IreeContext::runtime(&device)?;
+            let program = runtime
+                .load_vmfb(&bytes)
+                .map_err(|e| anyhow!("loading the vision module: {e}"))?;
+            let func = |name: &str| {
+                program
+                    .function(&format!("vision.{name}"))
+                    .map_err(|e| anyhow!("vision.{name}: {e}"))
+            };
+            let main = func("main")?;
+            let project = func("project")?;
+            let weights = weights
+                .upload(&runtime)
+                .map_err(|e| anyhow!("uploading vision weights: {e}"))?;
+            Ok(VisionRt {
+                runtime,
+                _program: program,
+                main,
+                project,
+                weights,
+            })
+        })?;
+        let sep = |name: &str| ck.tensor(&format!("{VISION_PREFIX}{name}")).to_f32_vec();
+        Ok(IreeVision {
+            sub_sep: sep("sub_img_feature_extensor"),
+            glb_sep: sep("global_img_feature_extensor"),
+            config: c,
+            text_hidden,
+            worker,
+        })
+    }
+
+    /// Number of decoder rows the image produces (the host encoder's rule).
+    pub fn token_count(&self, image: &ImageInput) -> usize {
+        token_count(&self.config, image)
+    }
+
+    /// Runs the tower on every crop and builds the projected image rows.
+    pub fn encode(&self, image: &ImageInput) -> Result<ImageEncoding> {
+        let c = &self.config;
+        let (grid, hid) = (c.grid(), c.hidden_size);
+        let np = grid * grid;
+        let (th, tw) = tiles(c, image);
+        ensure!(
+            image.crops == 1 + th * tw,
+            "crop count {} must be 1 + tiles of the canvas ({th}×{tw})",
+            image.crops
+        );
+        let crop_len = c.num_channels * c.image_size * c.image_size;
+        ensure!(
+            image.pixel_values.len() == image.crops * crop_len,
+            "pixel_values shape"
+        );
+        ensure!(
+            image.patch_masks.len() == image.crops * np,
+            "patch mask shape"
+        );
+
+        // Tower + pooling, one crop per call.
+        let mut features = Vec::with_capacity(image.crops * np * hid);
+        let mut pooled: Vec<Vec<f32>> = Vec::with_capacity(image.crops);
+        for k in 0..image.crops {
+            let mask = &image.patch_masks[k * np..(k + 1) * np];
+            let ids: Vec<i32> = position_ids(c, mask)
+                .into_iter()
+                .map(|i| i as i32)
+                .collect();
+            let valid: Vec<f32> = mask.iter().map(|&m| (m != 0) as u8 as f32).collect();
+            let pixels = image.pixel_values[k * crop_len..(k + 1) * crop_len].to_vec();
+            let shape = [1, c.num_channels, c.image_size, c.image_size];
+            let (f, p) = self.worker.run(move |rt| -> Result<(Vec<f32>, Vec<f32>)> {
+                let r = &rt.runtime;
+                let mut args: Vec<Value> = rt.weights.clone();
+                args.push(f32_view(r, &shape, &pixels)?.into());
+                let ids: BufferView<i32> = r.buffer_view(&[np], &ids).iree("IREE input buffer")?;
+                args.push(ids.into());
+                args.push(f32_view(r, &[np], &valid)?.into());
+                let mut out = rt
+                    .main
+                    .invoke(args)
+                    .map_err(|e| anyhow!("vision.main: {e}"))?
+                    .into_iter();
+                let f: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
+                let p: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
+                Ok((
+                    f.read().iree("reading features")?,
+                    p.read().iree("reading pooled rows")?,
+                ))
+            })?;
+            features.extend_from_slice(&f);
+            pooled.push(p);
+        }
+
+        // HD layout: index shuffling only.
+        let mut rows: Vec<f32> = Vec::new();
+        for row in hd_layout(c, image) {
+            match row {
+                HdRow::Pooled { crop, index } => {
+                    rows.extend_from_slice(&pooled[crop][index * hid..(index + 1) * hid])
+                }
+                HdRow::SubSep => rows.extend_from_slice(&self.sub_sep),
+                HdRow::GlbSep => rows.extend_from_slice(&self.glb_sep),
+            }
+        }
+        let tokens = rows.len() / hid;
+
+        // Projection in fixed buckets; the MLP is row-wise, so zero padding rows are discarded.
+        let out_dim = self.text_hidden;
+        let mut embeds = Vec::with_capacity(tokens * out_dim);
+        for chunk in rows.chunks(PROJECT_ROWS * hid) {
+            let n = chunk.len() / hid;
+            let mut bucket = vec![0.0; PROJECT_ROWS * hid];
+            bucket[..chunk.len()].copy_from_slice(chunk);
+            let out = self.worker.run(move |rt| -> Result<Vec<f32>> {
+                let mut args: Vec<Value> = rt.weights.clone();
+                args.push(f32_view(&rt.runtime, &[PROJECT_ROWS, hid], &bucket)?.into());
+                let mut out = rt
+                    .project
+                    .invoke(args)
+                    .map_err(|e| anyhow!("vision.project: {e}"))?
+                    .into_iter();
+                let y: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
+                y.read().iree("reading projected rows")
+            })?;
+            embeds.extend_from_slice(&out[..n * out_dim]);
+        }
+        Ok(ImageEncoding {
+            features,
+            embeds,
+            tokens,
+        })
+    }
+}

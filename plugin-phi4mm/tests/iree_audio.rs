@@ -64,6 +64,11 @@ fn run(layout: &str) {
                     TOL,
                     0.0,
                 );
+                eprintln!(
+                    "{layout} {case} {b:?}: max |Δ| vs host encoder {:.2e}, projection {:.2e}",
+                    max_abs_diff(&got.encoder_out, &want.encoder_out),
+                    max_abs_diff(&got.embeds, &want.embeds)
+                );
                 if b == branch {
                     enc_out.extend_from_slice(&got.encoder_out);
                     rows.extend_from_slice(&got.embeds);
@@ -72,6 +77,10 @@ fn run(layout: &str) {
         }
         if refs.has(&t("audio_encoder_out")) {
             let (want, _) = refs.f32(&t("audio_encoder_out"));
+            eprintln!(
+                "{layout} {case}: max |Δ| vs fixture audio_encoder_out {:.2e}",
+                max_abs_diff(&enc_out, &want)
+            );
             assert_close(
                 &format!("{layout} {case} audio_encoder_out"),
                 &enc_out,
@@ -89,6 +98,10 @@ fn run(layout: &str) {
                 .filter(|(_, &id)| id as u32 == audio_token)
                 .flat_map(|(i, _)| want[i * h..(i + 1) * h].iter().copied())
                 .collect();
+            eprintln!(
+                "{layout} {case}: max |Δ| vs fixture audio rows {:.2e}",
+                max_abs_diff(&rows, &want_rows)
+            );
             assert_close(
                 &format!("{layout} {case} audio rows of inputs_embeds"),
                 &rows,
@@ -99,6 +112,48 @@ fn run(layout: &str) {
         }
     }
     assert_eq!(checked, 5, "audio cases");
+}
+
+/// Clip lengths the fixture cases miss, cut from (and tiled from) the long clip, against the
+/// host: one frame, subsampler chunk edges (t = 128, 129; frames not a multiple of 8), a short
+/// clip in the full-window bucket (t = 75), and three attention windows (t = 1009).
+#[test]
+fn chunk_and_window_edges_match_host() {
+    let ck = Checkpoint::open(&fixture().join("model")).expect("fixture checkpoint");
+    let audio = IreeAudio::load(&ck, iree_support::context()).expect("IREE audio encoder");
+    let host = AudioEncoder::load(&ck);
+    let long = audio_input("audio_long_16k");
+    let fin = ck.config.audio.input_size;
+    let mut tiled = long.features.clone();
+    tiled.extend_from_slice(&long.features);
+    for frames in [1, 7, 600, 1023, 1024, 1025, 1031, 2 * long.frames] {
+        let features = &tiled[..frames * fin];
+        let got = audio
+            .encode(features, frames, AudioBranch::Speech)
+            .expect("IREE encode");
+        let want = host.encode(features, frames, AudioBranch::Speech);
+        assert_eq!(got.tokens, want.tokens, "{frames} frames: tokens");
+        assert_close(
+            &format!("{frames} frames: encoder_out"),
+            &got.encoder_out,
+            &want.encoder_out,
+            TOL,
+            0.0,
+        );
+        assert_close(
+            &format!("{frames} frames: projection"),
+            &got.embeds,
+            &want.embeds,
+            TOL,
+            0.0,
+        );
+        eprintln!(
+            "{frames} frames ({} rows): max |Δ| encoder {:.2e}, projection {:.2e}",
+            got.tokens,
+            max_abs_diff(&got.encoder_out, &want.encoder_out),
+            max_abs_diff(&got.embeds, &want.embeds)
+        );
+    }
 }
 
 #[test]

@@ -279,8 +279,6 @@ fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 #[test]
-// try_lock: Rust 1.89; see the note in src/artifact_cache/lock.rs.
-#[allow(clippy::incompatible_msrv)]
 fn sigkilled_compiler_is_taken_over() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("child-compiled.marker");

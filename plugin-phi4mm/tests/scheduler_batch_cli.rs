@@ -1,5 +1,6 @@
 //! `phi4mm batch` on both fixture `mixed_batches`: requests from expanded ids plus the raw
-//! WAV / PNG inputs, all through the scheduler at once; every row equals the reference tokens.
+//! WAV / PNG inputs, all through the scheduler at once; every row equals the reference tokens —
+//! on the host backend, and (feature `iree`) on the IREE backend.
 
 mod model_support;
 
@@ -7,7 +8,7 @@ use std::process::Command;
 
 use model_support::*;
 
-fn run(batch: &str) {
+fn run(batch: &str, backend: &[&str]) {
     let b = &manifest()["mixed_batches"][batch];
     let inputs = fixture().join("inputs");
     let requests: Vec<serde_json::Value> = b["rows"]
@@ -60,6 +61,7 @@ fn run(batch: &str) {
         .arg("--requests")
         .arg(&file)
         .args(["--threads", "2"])
+        .args(backend)
         .output()
         .unwrap();
     assert!(
@@ -83,10 +85,45 @@ fn run(batch: &str) {
 
 #[test]
 fn batch_cli_mixed_audio_text() {
-    run("mixed_audio_text");
+    run("mixed_audio_text", &[]);
 }
 
 #[test]
 fn batch_cli_mixed_image_text() {
-    run("mixed_image_text");
+    run("mixed_image_text", &[]);
+}
+
+/// The IREE backend, on the artifact cache the other IREE tests share (same decoder context, so
+/// the modules compiled once serve every test).
+#[cfg(feature = "iree")]
+fn iree_args() -> Vec<String> {
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    vec![
+        "--backend".into(),
+        "iree".into(),
+        "--iree-cache-dir".into(),
+        cache.display().to_string(),
+        "--iree-context".into(),
+        "4160".into(),
+    ]
+}
+
+#[cfg(feature = "iree")]
+#[test]
+fn batch_cli_mixed_audio_text_iree() {
+    let a = iree_args();
+    run(
+        "mixed_audio_text",
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+}
+
+#[cfg(feature = "iree")]
+#[test]
+fn batch_cli_mixed_image_text_iree() {
+    let a = iree_args();
+    run(
+        "mixed_image_text",
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
 }

@@ -10,10 +10,8 @@
 //! file someone unlinked meanwhile and retries on the new one. Without this check, one process
 //! could hold a lock on a deleted inode while another locks a fresh file at the same path.
 
-// `File::lock`/`try_lock`/`unlock` are stable since Rust 1.89; the project builds with 1.95
-// (docs/toolchain.md) but the workspace still declares rust-version 1.85. Raising it crate-wide
-// would switch on MSRV-gated lints in unrelated code, so the exception is scoped to this module.
-#![allow(clippy::incompatible_msrv)]
+// `File::lock`/`try_lock`/`unlock` (flock on Linux) are std since Rust 1.89, the workspace's
+// rust-version.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;

@@ -439,7 +439,7 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
         None => top.f64_or("partial_rotary_factor", 1.0)?,
     };
     let rotary_dim = (head_dim as f64 * partial) as usize;
-    if rotary_dim % 2 != 0 || rotary_dim > head_dim {
+    if !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
         return Err(invalid(
             "partial_rotary_factor",
             format!("gives rotary dim {rotary_dim} for head dim {head_dim}"),
@@ -604,13 +604,16 @@ fn check_architecture(c: &ModelConfig) -> Result<()> {
         }
     }
     let v = &c.vision;
-    if v.num_heads == 0 || v.hidden_size % v.num_heads != 0 {
+    if v.num_heads == 0 || !v.hidden_size.is_multiple_of(v.num_heads) {
         return Err(invalid(
             "vision_config.num_attention_heads",
             "must divide hidden_size",
         ));
     }
-    if v.patch_size == 0 || v.image_size % v.patch_size != 0 || v.grid() % 2 != 0 {
+    if v.patch_size == 0
+        || !v.image_size.is_multiple_of(v.patch_size)
+        || !v.grid().is_multiple_of(2)
+    {
         return Err(invalid(
             "vision_config.patch_size",
             "image_size / patch_size must be an even integer",
@@ -626,7 +629,7 @@ fn check_architecture(c: &ModelConfig) -> Result<()> {
         ));
     }
     let a = &c.audio;
-    if a.num_heads == 0 || a.hidden_size % a.num_heads != 0 {
+    if a.num_heads == 0 || !a.hidden_size.is_multiple_of(a.num_heads) {
         return Err(invalid(
             "audio num_attention_heads",
             "must divide the audio hidden size",

@@ -295,9 +295,9 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
         });
     }
 
-    let aligned = entries
-        .iter()
-        .all(|(_, dtype, _, offset, _)| (mmap.as_ptr() as usize + offset) % dtype.size() == 0);
+    let aligned = entries.iter().all(|(_, dtype, _, offset, _)| {
+        (mmap.as_ptr() as usize + offset).is_multiple_of(dtype.size())
+    });
     let backing = if aligned {
         Arc::new(Backing::Mapped(mmap))
     } else {

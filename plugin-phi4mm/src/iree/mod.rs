@@ -3,6 +3,7 @@
 //! as the host backend.
 
 pub mod audio;
+pub mod backend;
 pub mod compiler;
 pub mod context;
 pub mod decoder;

@@ -6,9 +6,12 @@ use std::sync::{Arc, OnceLock};
 
 use switchyard_phi4mm::artifact_cache::ArtifactCache;
 use switchyard_phi4mm::checkpoint::Checkpoint;
+use switchyard_phi4mm::config::IreeSettings;
+use switchyard_phi4mm::iree::backend::IreeBackend;
 use switchyard_phi4mm::iree::compiler::IreeCompiler;
 use switchyard_phi4mm::iree::context::IreeContext;
 use switchyard_phi4mm::iree::decoder::IreeDecoder;
+use switchyard_phi4mm::model::Phi4mm;
 
 use crate::model_support::fixture;
 
@@ -29,4 +32,15 @@ pub fn context() -> &'static IreeContext {
 pub fn decoder(layout: &str) -> IreeDecoder {
     let ck = Checkpoint::open(&fixture().join(layout)).expect("fixture checkpoint");
     IreeDecoder::load(&ck, context(), CAPACITY, CHUNK).expect("IREE decoder")
+}
+
+/// The whole IREE backend on the shared cache, built for the same decoder shape as [`decoder`].
+pub fn backend(ck: &Checkpoint, host: Arc<Phi4mm>) -> IreeBackend {
+    let settings = IreeSettings {
+        cache_dir: Some(context().cache.dir().to_path_buf()),
+        context: CAPACITY - CHUNK,
+        prefill_chunk: CHUNK,
+        ..IreeSettings::default()
+    };
+    IreeBackend::load(ck, host, &settings).expect("IREE backend")
 }

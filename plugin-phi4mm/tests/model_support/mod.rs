@@ -221,7 +221,10 @@ pub fn case_input(case: &str) -> PromptInput {
 
 /// The adapter a case names in the manifest.
 pub fn case_adapter(case: &str) -> AdapterMode {
-    match manifest()["model_cases"]["cases"][case]["adapter"].as_str().unwrap() {
+    match manifest()["model_cases"]["cases"][case]["adapter"]
+        .as_str()
+        .unwrap()
+    {
         "__base__" => AdapterMode::None,
         "speech" => AdapterMode::Speech,
         "vision" => AdapterMode::Vision,

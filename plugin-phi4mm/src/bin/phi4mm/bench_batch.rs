@@ -15,8 +15,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
-use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::audio::AudioOptions;
+use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::{argmax, AdapterMode, AudioBranch, AudioInput, ImageInput, Phi4mm};
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::scheduler::{HostBackend, StepBackend, StepRow};
@@ -232,7 +232,11 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     });
     if args.backend != Which::Iree {
         encoders["host_audio_30s_ms"] = json!(best_ms(args.rounds, || {
-            model.install(|| model.audio.encode(&audio.features, audio.frames, AudioBranch::Speech));
+            model.install(|| {
+                model
+                    .audio
+                    .encode(&audio.features, audio.frames, AudioBranch::Speech)
+            });
         }));
         encoders["host_vision_1344x896_ms"] = json!(best_ms(args.rounds, || {
             model.install(|| model.vision.encode(&image));
@@ -322,7 +326,8 @@ fn iree_encoders(
     rounds: usize,
 ) -> Result<(f64, f64)> {
     let e = b.encoders();
-    e.audio.encode(&audio.features, audio.frames, AudioBranch::Speech)?;
+    e.audio
+        .encode(&audio.features, audio.frames, AudioBranch::Speech)?;
     e.vision.encode(image)?;
     Ok((
         best_ms(rounds, || {

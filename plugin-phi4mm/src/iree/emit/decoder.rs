@@ -153,11 +153,6 @@ fn rope(f: &mut Func, x: &V, cos: &V, sin: &V, c: &TextConfig) -> V {
     }
 }
 
-#[doc(hidden)]
-pub fn rope_for_test(f: &mut Func, x: &V, cos: &V, sin: &V, c: &TextConfig) -> V {
-    rope(f, x, cos, sin, c)
-}
-
 /// Causal GQA attention of one row's `n` new tokens (queries `[n, heads·hd]`, first at `pos0`)
 /// against its cache `[capacity, kv_heads·hd]` (which already holds the new keys/values).
 fn attention(f: &mut Func, q: &V, k: &V, v: &V, pos0: &V, c: &TextConfig) -> V {
@@ -215,50 +210,6 @@ fn cached_attention(
     attention(f, q, &kc, &vc, &r.pos0, c)
 }
 
-#[doc(hidden)]
-/// Test access: `(q, k, v, pos0 [1], k_cache, v_cache)` → `(out, k_cache', v_cache')` at layer 0.
-pub fn cached_attention_for_test(
-    f: &mut Func,
-    q: &V,
-    k: &V,
-    v: &V,
-    pos: &V,
-    kc: &V,
-    vc: &V,
-    c: &TextConfig,
-) -> Vec<V> {
-    let pos0 = f.scalar_at(pos, 0);
-    let mut r = RowArgs {
-        x_rows: (0, q.dim(0)),
-        pos0,
-        k: kc.clone(),
-        v: vc.clone(),
-    };
-    let o = cached_attention(f, 0, q, k, v, &mut r, c);
-    vec![o, r.k, r.v]
-}
-
-#[doc(hidden)]
-/// Test access: the first `upto` layers over `x` `[n, hidden]` at position 0 with no adapter.
-pub fn layers_for_test(f: &mut Func, w: &mut Weights, ck: &Checkpoint, n: usize, upto: usize) -> V {
-    let c = &ck.config.text;
-    let mut dw = declare(f, w, ck);
-    dw.layers.truncate(upto);
-    let x = f.arg(Ty::f32(&[n, c.hidden_size]));
-    let cos = f.arg(Ty::f32(&[n, c.rotary_dim / 2]));
-    let sin = f.arg(Ty::f32(&[n, c.rotary_dim / 2]));
-    let kc = f.arg(Ty::f32(&[c.num_layers, 128, c.num_kv_heads * c.head_dim]));
-    let zero = f.splat(0.0, &[n]);
-    let pos0 = f.splat_i32(0, &[]);
-    let mut rows = [RowArgs {
-        x_rows: (0, n),
-        pos0,
-        k: kc.clone(),
-        v: kc,
-    }];
-    layers(f, &dw, c, x, &cos, &sin, (&zero, &zero), &mut rows)
-}
-
 /// Per-row inputs of one function.
 struct RowArgs {
     /// `[n, hidden]` for this row.
@@ -270,16 +221,23 @@ struct RowArgs {
 
 /// The layer stack over `x` `[rows, hidden]` whose rows belong to `row_args` (contiguous
 /// ranges); returns the final hidden states and each row's updated cache.
+/// Per-token inputs shared by every layer: RoPE tables and the two adapter masks.
+struct TokenInputs<'a> {
+    cos: &'a V,
+    sin: &'a V,
+    speech: &'a V,
+    vision: &'a V,
+}
+
 fn layers(
     f: &mut Func,
     w: &DecoderW,
     c: &TextConfig,
     mut x: V,
-    cos: &V,
-    sin: &V,
-    masks: (&V, &V),
+    t: &TokenInputs,
     rows: &mut [RowArgs],
 ) -> V {
+    let (cos, sin, masks) = (t.cos, t.sin, (t.speech, t.vision));
     let total = x.dim(0);
     let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
     let (qw, kw) = (nh * hd, nkv * hd);
@@ -358,7 +316,13 @@ fn emit_prefill(ck: &Checkpoint, s: DecoderShape, w: &mut Weights) -> Func {
         k,
         v,
     }];
-    let x = layers(&mut f, &dw, c, x, &cos, &sin, (&sm, &vm), &mut rows);
+    let t = TokenInputs {
+        cos: &cos,
+        sin: &sin,
+        speech: &sm,
+        vision: &vm,
+    };
+    let x = layers(&mut f, &dw, c, x, &t, &mut rows);
     // Only token n−1 feeds the head.
     let one = f.splat_i32(1, &[]);
     let nv = f.scalar_at(&valid, 0);
@@ -400,7 +364,13 @@ fn emit_decode(ck: &Checkpoint, s: DecoderShape, b: usize, w: &mut Weights) -> F
     let sm = f.reshape(&sm, &[b]);
     let vm = f.slice(&masks, &[0, 1], &[b, 2]);
     let vm = f.reshape(&vm, &[b]);
-    let x = layers(&mut f, &dw, c, x, &cos, &sin, (&sm, &vm), &mut rows);
+    let t = TokenInputs {
+        cos: &cos,
+        sin: &sin,
+        speech: &sm,
+        vision: &vm,
+    };
+    let x = layers(&mut f, &dw, c, x, &t, &mut rows);
     let logits = head(&mut f, &dw, c, &x);
     let mut results = vec![logits];
     for r in rows {

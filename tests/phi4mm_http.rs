@@ -159,3 +159,69 @@ async fn a_client_that_disconnects_mid_stream_frees_its_slot() {
     }
     panic!("slot not freed after the client left: {stats}");
 }
+
+/// The IREE backend behind the same HTTP API: every modality answers exactly as the host backend
+/// does (greedy, same tokens), and `/admin/status` shows the backend and its artifact cache.
+#[cfg(feature = "iree")]
+#[tokio::test]
+async fn the_iree_backend_answers_like_the_host_backend() {
+    // The artifact cache the plugin's own IREE tests fill, and the same decoder shape, so the
+    // modules are compiled once per test run.
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    let config = format!(
+        r#"
+[[plugins]]
+name = "phi4mm"
+path = "{lib}"
+[[models]]
+name = "host"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6 }}
+[[models]]
+name = "iree"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend = "iree", iree = {{ cache_dir = "{cache}", context = 4160 }} }}
+"#,
+        lib = target_profile_dir()
+            .join("libswitchyard_phi4mm.so")
+            .display(),
+        ckpt = workspace_root()
+            .join("tests/fixtures/phi4mm-tiny/model")
+            .display(),
+        cache = cache.display(),
+    );
+    let server = Server::start(&config).await;
+    let image = json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", input("img_small.png"))}});
+    let audio = json!({"type": "input_audio", "input_audio": {"data": input("audio_16k.wav"), "format": "wav"}});
+    let text = json!({"type": "text", "text": "What is this?"});
+    for (what, content) in [
+        ("text", json!("Hello")),
+        ("image", json!([text, image])),
+        ("audio", json!([text, audio])),
+        ("image+audio", json!([text, image, audio])),
+    ] {
+        let mut replies = Vec::new();
+        for model in ["host", "iree"] {
+            let body = json!({"model": model, "max_tokens": 6, "temperature": 0,
+                              "messages": [{"role": "user", "content": content}]});
+            let reply = server.chat(body).await;
+            assert_eq!(reply.status, 200, "{model} {what}: {:?}", reply.body);
+            replies.push(reply);
+        }
+        assert_eq!(replies[0].content(), replies[1].content(), "{what}");
+        assert_eq!(replies[0].body["usage"], replies[1].body["usage"], "{what}");
+    }
+    let status = server.status().await;
+    let iree = status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i.to_string().contains("\"iree\""))
+        .unwrap_or_else(|| panic!("no iree instance in {status}"))
+        .to_string();
+    for needle in ["backend", "iree-cache", "entries", "local-sync"] {
+        assert!(iree.contains(needle), "{needle} not in {iree}");
+    }
+}

@@ -36,17 +36,36 @@ fn want_tokens(case: &str) -> serde_json::Value {
 
 #[test]
 fn generate_ids_with_audio_and_dump_logits() {
+    generate_audio_case(&["--backend", "host"]);
+}
+
+/// The same request on the IREE backend (the artifact cache the other IREE tests share, and
+/// their decoder shape, so nothing is compiled twice).
+#[cfg(feature = "iree")]
+#[test]
+fn generate_ids_with_audio_on_iree() {
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    generate_audio_case(&[
+        "--backend",
+        "iree",
+        "--iree-cache-dir",
+        cache.to_str().unwrap(),
+        "--iree-context",
+        "4160",
+    ]);
+}
+
+fn generate_audio_case(backend: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dump = tmp.path().join("logits.safetensors");
     let model = fixture().join("model-original");
     let wav = fixture().join("inputs/audio_16k.wav");
-    let (line, _) = generate(&[
-        "--model",
-        model.to_str().unwrap(),
-        "--backend",
-        "host",
+    let mut args = vec!["--model", model.to_str().unwrap()];
+    args.extend_from_slice(backend);
+    let ids = case_ids("audio_speech");
+    args.extend_from_slice(&[
         "--input-ids",
-        &case_ids("audio_speech"),
+        &ids,
         "--audio",
         wav.to_str().unwrap(),
         "--adapter",
@@ -57,6 +76,7 @@ fn generate_ids_with_audio_and_dump_logits() {
         "--dump-logits",
         dump.to_str().unwrap(),
     ]);
+    let (line, _) = generate(&args);
     assert_eq!(line["tokens"], want_tokens("audio_speech"));
     assert_eq!(line["prompt_tokens"], 40);
     assert!(line["text"].is_string());

@@ -138,7 +138,9 @@ impl Server {
     }
 
     async fn wait_ready(&self) {
-        let until = Instant::now() + Duration::from_secs(60);
+        // Generous: a Phi4MM instance on the IREE backend compiles its modules on a cold cache
+        // (a minute or two on a loaded 2-core machine) before the server reports ready.
+        let until = Instant::now() + Duration::from_secs(300);
         while Instant::now() < until {
             if let Ok(r) = self.http.get(format!("{}/ready", self.base)).send().await {
                 if r.status() == 200 {

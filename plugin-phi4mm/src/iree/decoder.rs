@@ -14,6 +14,7 @@ use anyhow::{anyhow, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
+use crate::model::decoder::embed_tokens;
 use crate::model::rope::Rope;
 use crate::model::{AdapterMode, RopeMode};
 use crate::scheduler::{StepBackend, StepRow};
@@ -348,17 +349,7 @@ impl StepBackend for IreeDecoder {
     }
 
     fn embed(&self, ids: &[u32]) -> Vec<f32> {
-        let h = self.config.hidden_size;
-        let data = self.embed.data();
-        let mut out = vec![0.0; ids.len() * h];
-        for (row, &id) in out.chunks_mut(h).zip(ids) {
-            assert!(
-                (id as usize) < self.config.vocab_size,
-                "token id {id} outside the vocabulary"
-            );
-            data.widen_into(id as usize * h, row);
-        }
-        out
+        embed_tokens(&self.embed, &self.config, ids)
     }
 
     fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {

@@ -33,6 +33,22 @@ pub struct Decoder {
     rope: Rope,
 }
 
+/// Rows of the embedding table `[vocab, hidden]` for `ids`, widened to f32 (every backend embeds
+/// on the host).
+pub fn embed_tokens(table: &TensorView, c: &TextConfig, ids: &[u32]) -> Vec<f32> {
+    let h = c.hidden_size;
+    let data = table.data();
+    let mut out = vec![0.0; ids.len() * h];
+    for (row, &id) in out.chunks_mut(h).zip(ids) {
+        assert!(
+            (id as usize) < c.vocab_size,
+            "token id {id} outside the vocabulary"
+        );
+        data.widen_into(id as usize * h, row);
+    }
+    out
+}
+
 /// One row of a decoder step.
 pub struct RowStep<'a> {
     pub state: &'a mut SequenceState,
@@ -86,17 +102,7 @@ impl Decoder {
 
     /// Token embeddings `[ids.len(), hidden]`.
     pub fn embed(&self, ids: &[u32]) -> Vec<f32> {
-        let h = self.config.hidden_size;
-        let data = self.embed.data();
-        let mut out = vec![0.0; ids.len() * h];
-        for (row, &id) in out.chunks_mut(h).zip(ids) {
-            assert!(
-                (id as usize) < self.config.vocab_size,
-                "token id {id} outside the vocabulary"
-            );
-            data.widen_into(id as usize * h, row);
-        }
-        out
+        embed_tokens(&self.embed, &self.config, ids)
     }
 
     /// Runs the new tokens of every row through the decoder, appending to each row's cache, and

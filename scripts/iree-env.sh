@@ -12,7 +12,8 @@ _iree_venv="${PHI4MM_IREE_VENV:-$_iree_root/.venv-iree}"
 _iree_compiler_version="3.13.0"
 _iree_cmake_version="3.31.10"
 
-if ! { [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; }; then
+# libclang itself (libclang.so or libclang-N.so*), not libclang-cpp, which some images carry alone.
+if ! ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/x86_64-linux-gnu/libclang-[0-9]*.so* >/dev/null 2>&1; then
   echo "iree-env: installing libclang-dev" >&2
   if [ "$(id -u)" = 0 ]; then _sudo=""; else _sudo="sudo"; fi
   $_sudo apt-get install -y libclang-dev >/dev/null 2>&1 \

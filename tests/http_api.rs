@@ -87,6 +87,82 @@ async fn chat_non_streaming_and_streaming() {
     assert_eq!(reply.content(), "a b");
 }
 
+/// `logprobs` / `top_logprobs` in OpenAI's shape, streamed and not, with vLLM's
+/// `return_tokens_as_token_ids`; `model_options` reach the plugin verbatim (echo refuses every
+/// key, naming it).
+#[tokio::test]
+async fn logprobs_and_model_options_pass_through_the_host() {
+    let server = Server::start(&config()).await;
+    let body =
+        json!({"model": "chat", "messages": user("to be"), "logprobs": true, "top_logprobs": 2});
+    let reply = server.chat(body.clone()).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let content = reply.body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no logprobs.content: {}", reply.body))
+        .clone();
+    // Echo's distribution is a point mass: each word has logprob 0 and is its only alternative.
+    assert_eq!(content.len(), 2);
+    assert_eq!(content[0]["token"], "to");
+    assert_eq!(content[1]["token"], " be");
+    assert_eq!(content[1]["bytes"], json!([32, 98, 101]));
+    assert_eq!(content[1]["logprob"], 0.0);
+    assert_eq!(
+        content[1]["top_logprobs"],
+        json!([{"token": " be", "logprob": 0.0, "bytes": [32, 98, 101]}])
+    );
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["return_tokens_as_token_ids"] = json!(true);
+    let stream = server.chat_stream(streamed).await;
+    assert!(stream.done, "{}", stream.raw);
+    let entries: Vec<_> = stream
+        .chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
+        .flatten()
+        .map(|e| e["token"].clone())
+        .collect();
+    assert_eq!(entries, vec![json!("token_id:0"), json!("token_id:1")]);
+
+    // Without `logprobs`, none are sent.
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("to be")}))
+        .await;
+    assert!(
+        reply.body["choices"][0]["logprobs"].is_null(),
+        "{}",
+        reply.body
+    );
+
+    for (bad, param) in [
+        (json!({"top_logprobs": 2}), "top_logprobs"),
+        (
+            json!({"logprobs": true, "top_logprobs": 21}),
+            "top_logprobs",
+        ),
+        (json!({"model_options": ["adapter"]}), "model_options"),
+    ] {
+        let mut body = json!({"model": "chat", "messages": user("x")});
+        body.as_object_mut()
+            .unwrap()
+            .extend(bad.as_object().unwrap().clone());
+        let reply = server.chat(body).await;
+        assert_eq!(reply.status, 400, "{:?}", reply.body);
+        assert_eq!(reply.body["error"]["param"], param, "{:?}", reply.body);
+    }
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("x"), "model_options": {"temperature_boost": 2}}))
+        .await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("model_options.temperature_boost"),
+        "{message}"
+    );
+}
+
 #[tokio::test]
 async fn media_requests_route_by_modality_and_transcriptions_work() {
     let server = Server::start(&config()).await;

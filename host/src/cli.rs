@@ -1,7 +1,7 @@
 //! The `switchyard` command line.
 
 use crate::{config, registry, runtime::Runtime, server};
-use abi_stable::std_types::{ROption, RString, RVec};
+use abi_stable::std_types::{ROption, RVec};
 use clap::{Parser, Subcommand};
 use std::{io::Write, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
 use switchyard_plugin_api::{Endpoint, Event, Message, Part, Request, Role, SamplingParams};
@@ -179,20 +179,19 @@ fn run(
         parts.push(Part::Text(prompt.into()));
     }
     let request = Request {
-        id: 1,
-        endpoint: Endpoint::Chat,
-        messages: vec![Message {
-            role: Role::User,
-            parts: parts.into(),
-        }]
-        .into(),
         sampling: SamplingParams {
             max_tokens: max_tokens.map_or(ROption::RNone, ROption::RSome),
             temperature,
             ..SamplingParams::default()
         },
-        stop: RVec::<RString>::new(),
-        deadline_unix_ms: ROption::RNone,
+        ..Request::new(
+            1,
+            Endpoint::Chat,
+            vec![Message {
+                role: Role::User,
+                parts: parts.into(),
+            }],
+        )
     };
     // Create only what this request can reach: the models of its routes (and fallbacks).
     let modality = request.modality();

@@ -176,6 +176,9 @@ impl std::error::Error for ConfigErrors {}
 pub struct ValidConfig {
     pub config: Config,
     pub source: Option<PathBuf>,
+    /// The directory relative paths are resolved against (the config file's), made absolute.
+    /// Plugins get it too, for the paths in their settings.
+    pub base_dir: PathBuf,
 }
 
 impl std::ops::Deref for ValidConfig {
@@ -347,7 +350,11 @@ pub fn validate(
     }
 
     if errors.is_empty() {
-        Ok(ValidConfig { config, source })
+        Ok(ValidConfig {
+            config,
+            source,
+            base_dir: std::path::absolute(base).unwrap_or_else(|_| base.to_path_buf()),
+        })
     } else {
         Err(ConfigErrors(errors))
     }

@@ -220,8 +220,9 @@ impl Runtime {
             }
             let this = self.clone();
             let model_cfg = model.clone();
+            let config_dir = config.base_dir.clone();
             let made = tokio::task::spawn_blocking(move || {
-                this.create_instance(index, &model_cfg, plugin)
+                this.create_instance(index, &model_cfg, &config_dir, plugin)
             })
             .await
             .expect("instance creation catches its panics");
@@ -326,6 +327,7 @@ impl Runtime {
         &self,
         index: usize,
         model: &config::ModelConfig,
+        config_dir: &Path,
         plugin: Arc<LoadedPlugin>,
     ) -> Result<Arc<Instance>, ReloadError> {
         let Some(kind) = plugin.manifest.kind(&model.kind).cloned() else {
@@ -357,6 +359,7 @@ impl Runtime {
             cache_dir: cache_dir.to_string_lossy().into_owned().into(),
             thread_budget: threads,
             instance_name: model.name.clone().into(),
+            config_dir: config_dir.to_string_lossy().into_owned().into(),
         };
         let settings = SettingsText::json(model.settings.to_string());
         let made =

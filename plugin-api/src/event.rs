@@ -1,5 +1,9 @@
 use crate::error::PluginError;
-use abi_stable::{sabi_trait, std_types::RString, StableAbi};
+use abi_stable::{
+    sabi_trait,
+    std_types::{ROption, RString, RVec},
+    StableAbi,
+};
 
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +34,28 @@ pub struct Usage {
     pub completion_tokens: u32,
 }
 
+/// One token with its log probability under the model.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    /// The token's own bytes (a byte-level token may be part of a UTF-8 character).
+    pub bytes: RVec<u8>,
+    /// Natural log of the token's probability in the model's distribution at this step (before
+    /// temperature, top-k or top-p shape it for sampling).
+    pub logprob: f32,
+}
+
+/// The log probabilities reported with one generated token.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    /// The token that was generated.
+    pub sampled: TokenLogprob,
+    /// The most likely tokens at this step, most likely first: as many as the request asked for.
+    pub top: RVec<TokenLogprob>,
+}
+
 /// What a model reports about one request, in order: one `Started`, any number of `Token`s, then
 /// exactly one of `Finished` or `Failed`.
 #[repr(C, u8)]
@@ -39,10 +65,12 @@ pub enum Event {
         prompt_tokens: u32,
     },
     /// One generated token: its id and the text it adds (may be empty when a multi-byte
-    /// character spans tokens; the text then arrives with a later token).
+    /// character spans tokens; the text then arrives with a later token). `logprobs` is set when
+    /// the request asked for them ([`crate::Request::logprobs`]), and only then.
     Token {
         id: u32,
         text: RString,
+        logprobs: ROption<TokenLogprobs>,
     },
     Finished {
         reason: FinishReason,

@@ -26,7 +26,9 @@ mod version;
 
 pub use abi_stable;
 pub use error::{ErrorKind, PluginError};
-pub use event::{Event, EventSink, EventSinkBox, EventSink_TO, FinishReason, Usage};
+pub use event::{
+    Event, EventSink, EventSinkBox, EventSink_TO, FinishReason, TokenLogprob, TokenLogprobs, Usage,
+};
 pub use export::{guard_create, manifest_json_cstring, PluginMod, PluginModRef, MANIFEST_SYMBOL};
 pub use manifest::{Endpoint, Modality, ModelKindInfo, PluginManifest};
 pub use model::{Model, ModelBox, Model_TO, PluginModel};

@@ -90,9 +90,49 @@ pub struct Request {
     pub stop: RVec<RString>,
     /// Milliseconds since the Unix epoch after which the plugin should give up, if set.
     pub deadline_unix_ms: ROption<u64>,
+    /// Log probabilities wanted with every token: `RNone` = none; `RSome(k)` = the generated
+    /// token's and the `k` most likely ones (`k` ≤ [`Request::MAX_TOP_LOGPROBS`]). A model that
+    /// cannot report them refuses the request (`Unsupported`).
+    pub logprobs: ROption<u8>,
+    /// Model-specific options: a JSON object as text (the request body's `model_options`), or
+    /// empty when the client sent none. The host passes it verbatim; the plugin defines and
+    /// validates its keys and refuses unknown ones (`InvalidRequest`).
+    pub model_options: RString,
 }
 
 impl Request {
+    /// The most alternatives a request may ask for per token (OpenAI's bound).
+    pub const MAX_TOP_LOGPROBS: u8 = 20;
+
+    /// A request with no sampling options, stops, deadline, log probabilities or model options.
+    pub fn new(id: u64, endpoint: Endpoint, messages: Vec<Message>) -> Self {
+        Self {
+            id,
+            endpoint,
+            messages: messages.into(),
+            sampling: SamplingParams::default(),
+            stop: RVec::new(),
+            deadline_unix_ms: ROption::RNone,
+            logprobs: ROption::RNone,
+            model_options: RString::new(),
+        }
+    }
+
+    /// The model options as a JSON object; `Ok(None)` when there are none.
+    pub fn model_options_json(
+        &self,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, String> {
+        let text = self.model_options.as_str().trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        match serde_json::from_str(text) {
+            Ok(serde_json::Value::Object(map)) => Ok(Some(map)),
+            Ok(_) => Err("model_options must be a JSON object".into()),
+            Err(e) => Err(format!("model_options is not valid JSON: {e}")),
+        }
+    }
+
     pub fn modality(&self) -> Modality {
         let parts = || self.messages.iter().flat_map(|m| m.parts.iter());
         let has_image = parts().any(|p| matches!(p, Part::Image(_)));

@@ -26,9 +26,22 @@ pub struct HostServices {
     pub thread_budget: u32,
     /// The instance name from the host configuration (for log messages).
     pub instance_name: RString,
+    /// The directory of the host's configuration file (absolute). Relative paths in a model's
+    /// settings mean relative to it, as the host's own plugin paths do.
+    pub config_dir: RString,
 }
 
 impl HostServices {
+    /// A settings path as the operator meant it: relative paths resolve against
+    /// [`HostServices::config_dir`].
+    pub fn resolve_path(&self, path: &std::path::Path) -> std::path::PathBuf {
+        if path.is_relative() && !self.config_dir.is_empty() {
+            std::path::Path::new(self.config_dir.as_str()).join(path)
+        } else {
+            path.to_path_buf()
+        }
+    }
+
     pub fn log(&self, level: LogLevel, message: &str) {
         (self.log)(
             level,

@@ -5,7 +5,10 @@ use std::fmt;
 /// The version of this API. The host accepts a plugin whose major version equals its own and
 /// whose minor version is not newer than its own (a minor bump only adds things the host
 /// may ignore, such as new prefix fields appended after the last one).
-pub const API_VERSION: ApiVersion = ApiVersion { major: 1, minor: 0 };
+///
+/// 2.0: per-token log probabilities (`Request::logprobs`, `Event::Token::logprobs`), model
+/// options (`Request::model_options`) and the config directory (`HostServices::config_dir`).
+pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 0 };
 
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

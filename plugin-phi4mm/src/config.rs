@@ -1,6 +1,6 @@
 //! The plugin's settings (`[models.settings]` of a `phi4mm` model in the host's TOML).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -78,8 +78,8 @@ fn default_iree_prefill_chunk() -> usize {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Phi4mmSettings {
-    /// Checkpoint directory (either layout). A relative path is resolved against the host's
-    /// working directory (the host passes settings through untouched).
+    /// Checkpoint directory (either layout). Relative to the host's config file (see
+    /// [`Phi4mmSettings::resolve_paths`]).
     pub checkpoint: PathBuf,
     #[serde(default)]
     pub backend: BackendKind,
@@ -139,6 +139,19 @@ fn default_instruction() -> String {
 }
 
 impl Phi4mmSettings {
+    /// Resolves the paths of the settings (`checkpoint`, `iree.cache_dir`, `iree.compiler`)
+    /// with `resolve`; the plugin passes `HostServices::resolve_path`, so relative paths mean
+    /// relative to the host's config file, as the host's own plugin paths do.
+    pub fn resolve_paths(&mut self, resolve: impl Fn(&Path) -> PathBuf) {
+        self.checkpoint = resolve(&self.checkpoint);
+        for p in [&mut self.iree.cache_dir, &mut self.iree.compiler]
+            .into_iter()
+            .flatten()
+        {
+            *p = resolve(p);
+        }
+    }
+
     /// Refuses values the plugin cannot serve with.
     pub fn validate(&self) -> Result<(), String> {
         if self.slots == 0 {
@@ -183,6 +196,27 @@ mod tests {
         let s: Phi4mmSettings =
             toml_like(r#"{"checkpoint": "m", "slots": 0, "resample": "reference"}"#).unwrap();
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_given_base() {
+        let mut s = toml_like(
+            r#"{"checkpoint": "ckpt", "iree": {"cache_dir": "/abs/cache", "compiler": "lib/c.so"}}"#,
+        )
+        .unwrap();
+        s.resolve_paths(|p| {
+            if p.is_relative() {
+                Path::new("/etc/sy").join(p)
+            } else {
+                p.to_path_buf()
+            }
+        });
+        assert_eq!(s.checkpoint, Path::new("/etc/sy/ckpt"));
+        assert_eq!(s.iree.cache_dir.as_deref(), Some(Path::new("/abs/cache")));
+        assert_eq!(
+            s.iree.compiler.as_deref(),
+            Some(Path::new("/etc/sy/lib/c.so"))
+        );
     }
 
     fn toml_like(json: &str) -> Result<Phi4mmSettings, serde_json::Error> {

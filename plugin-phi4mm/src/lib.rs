@@ -18,6 +18,7 @@ pub mod image;
 pub mod iree;
 pub mod limits;
 pub mod model;
+pub mod options;
 pub mod plugin;
 pub mod prompt;
 pub mod request;

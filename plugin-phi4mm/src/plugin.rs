@@ -7,20 +7,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use switchyard_plugin_api::{
-    abi_stable::std_types::RString, AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox,
-    HostServices, Modality, ModelKindInfo, ModelStats, Part, PluginError, PluginManifest,
-    PluginModel, Request, SettingsText, Usage, API_VERSION,
+    abi_stable::std_types::{ROption, RString},
+    AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox, HostServices, Modality, ModelKindInfo,
+    ModelStats, Part, PluginError, PluginManifest, PluginModel, Request, SettingsText,
+    TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
-use crate::audio::{features_from_bytes, AudioOptions};
 use crate::backend;
 use crate::checkpoint::Checkpoint;
 use crate::config::Phi4mmSettings;
-use crate::image::ImageOptions;
-use crate::model::{AdapterChoice, AudioInput, Phi4mm, PromptInput};
+use crate::model::{Phi4mm, PromptInput};
+use crate::options::RequestOptions;
 use crate::prompt::{ContentPart, Message, Prompt, Role};
-use crate::request::image_input;
-use crate::sampling::SamplingConfig;
+use crate::request::{self, MediaOptions};
+use crate::sampling::{Logprobs, SamplingConfig};
 use crate::scheduler::{
     Detokenize, FinishReason, Job, MediaStage, Outcome, Refusal, RowError, RowSink, Scheduler,
     SchedulerConfig,
@@ -64,8 +64,9 @@ pub fn create_instance(
             "plugin phi4mm has no model kind {kind:?} (it has {KIND:?})"
         )));
     }
-    let settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
+    let mut settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
     settings.validate().map_err(PluginError::invalid_settings)?;
+    settings.resolve_paths(|p| services.resolve_path(p));
     Phi4mmModel::load(settings, services.thread_budget as usize, &|m| {
         services.info(m)
     })
@@ -125,6 +126,46 @@ impl Phi4mmModel {
         })
     }
 
+    /// Where the prompt comes from: the messages through the chat template, or the ids of
+    /// `model_options.input_ids` with the messages' media (the messages then carry no text).
+    fn prompt_source(
+        &self,
+        request: &Request,
+        options: &RequestOptions,
+    ) -> Result<PromptSource, PluginError> {
+        let Some(input_ids) = &options.input_ids else {
+            return Ok(PromptSource::Messages(self.messages(request)));
+        };
+        if request.endpoint != Endpoint::Chat {
+            return Err(PluginError::invalid_request(
+                "model_options.input_ids: only chat requests take a prompt as ids",
+            ));
+        }
+        if input_ids.is_empty() {
+            return Err(PluginError::invalid_request(
+                "model_options.input_ids: the prompt is empty",
+            ));
+        }
+        let (mut images, mut audios) = (Vec::new(), Vec::new());
+        for part in request.messages.iter().flat_map(|m| m.parts.iter()) {
+            match part {
+                Part::Text(_) => {
+                    return Err(PluginError::invalid_request(
+                        "model_options.input_ids replaces the text of the messages: send only \
+                         their image and audio parts",
+                    ))
+                }
+                Part::Image(bytes) => images.push(bytes.to_vec()),
+                Part::Audio { data, .. } => audios.push(data.to_vec()),
+            }
+        }
+        Ok(PromptSource::Ids {
+            input_ids: input_ids.clone(),
+            images,
+            audios,
+        })
+    }
+
     /// The request's chat as prompt messages; a transcription becomes one user turn with its
     /// audio and the instruction.
     fn messages(&self, request: &Request) -> Vec<Message> {
@@ -168,58 +209,56 @@ impl Phi4mmModel {
     }
 }
 
-/// Media decoding, preprocessing, placeholder expansion: the media stage of a chat request.
-fn build_input(
-    model: &Phi4mm,
-    prompt: &Prompt,
-    settings: &Phi4mmSettings,
-    messages: &[Message],
-) -> Result<PromptInput, String> {
-    let ids = prompt
-        .encode_messages(messages, true)
-        .map_err(|e| e.to_string())?;
-    let limits = &settings.limits;
-    limits
-        .check_counts(ids.images.len(), ids.audios.len())
-        .map_err(|e| e.to_string())?;
-    let io = ImageOptions::from_limits(limits);
-    let images = ids
-        .images
-        .iter()
-        .enumerate()
-        .map(|(i, b)| image_input(b, &io).map_err(|e| format!("image {i}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let ao = AudioOptions {
-        resample: settings.resample,
-        ..AudioOptions::from_limits(limits)
-    };
-    let mut seconds = 0.0;
-    let mut audios = Vec::new();
-    for (i, b) in ids.audios.iter().enumerate() {
-        let f = features_from_bytes(b, &ao).map_err(|e| format!("audio {i}: {e}"))?;
-        seconds += f.duration_s;
-        audios.push(AudioInput {
-            features: f.features,
-            frames: f.frames,
-        });
+/// What a chat request's prompt is built from, checked at admission; the media work (decoding,
+/// preprocessing, placeholder expansion) is left to the media pool.
+enum PromptSource {
+    /// The chat template over the messages.
+    Messages(Vec<Message>),
+    /// `model_options.input_ids`, placeholders expanded, with the messages' media in order.
+    Ids {
+        input_ids: Vec<u32>,
+        images: Vec<Vec<u8>>,
+        audios: Vec<Vec<u8>>,
+    },
+}
+
+impl PromptSource {
+    /// Tokens charged against the queue bound (each medium counts once until it is expanded).
+    fn charge(&self, prompt: &Prompt) -> Result<usize, PluginError> {
+        match self {
+            PromptSource::Messages(messages) => Ok(prompt
+                .encode_messages(messages, true)
+                .map_err(|e| PluginError::invalid_request(e.to_string()))?
+                .ids
+                .len()),
+            PromptSource::Ids { input_ids, .. } => Ok(input_ids.len()),
+        }
     }
-    limits
-        .check_audio_total(seconds)
-        .map_err(|e| e.to_string())?;
-    let image_tokens: Vec<usize> = images.iter().map(|i| model.vision.token_count(i)).collect();
-    let audio_tokens: Vec<usize> = audios
-        .iter()
-        .map(|a| model.audio.token_count(a.frames))
-        .collect();
-    let input_ids = prompt
-        .expand(&ids.ids, &image_tokens, &audio_tokens)
-        .map_err(|e| e.to_string())?;
-    Ok(PromptInput {
-        input_ids,
-        images,
-        audios,
-        adapter: AdapterChoice::Auto,
-    })
+
+    fn build(
+        &self,
+        model: &Phi4mm,
+        prompt: &Prompt,
+        media: &MediaOptions,
+        options: &RequestOptions,
+    ) -> Result<PromptInput, String> {
+        let adapter = options.adapter.choice();
+        match self {
+            PromptSource::Messages(messages) => {
+                request::from_messages(model, prompt, messages, media, adapter)
+            }
+            PromptSource::Ids {
+                input_ids,
+                images,
+                audios,
+            } => {
+                let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+                let audios: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
+                request::from_ids(input_ids.clone(), &images, &audios, media, adapter)
+            }
+        }
+        .map_err(|e| e.to_string())
+    }
 }
 
 fn deadline_of(unix_ms: Option<u64>) -> Option<Instant> {
@@ -241,7 +280,7 @@ impl RowSink for WarmSink {
     fn started(&mut self, _: usize) -> bool {
         true
     }
-    fn token(&mut self, _: u32, _: &str) -> bool {
+    fn token(&mut self, _: u32, _: &str, _: Option<&Logprobs>) -> bool {
         true
     }
     fn done(&mut self, outcome: Outcome) {
@@ -272,6 +311,7 @@ impl PluginModel for Phi4mmModel {
                 1,
             ),
             sampling: SamplingConfig::default(),
+            logprobs: None,
             max_new_tokens: 1,
             stop_ids: Vec::new(),
             stop_strings: Vec::new(),
@@ -296,30 +336,29 @@ impl PluginModel for Phi4mmModel {
                 format!("phi4mm does not serve {modality} on {:?}", request.endpoint),
             ));
         }
-        let messages = self.messages(&request);
-        // Tokenizing here refuses malformed chats at admission and gives the queue its charge;
-        // media are left to the media pool.
-        let charged = self
-            .prompt
-            .encode_messages(&messages, true)
-            .map_err(|e| PluginError::invalid_request(e.to_string()))?
-            .ids
-            .len();
+        let options = request
+            .model_options_json()
+            .and_then(RequestOptions::from_json)
+            .map_err(PluginError::invalid_request)?;
+        let source = self.prompt_source(&request, &options)?;
+        // Tokenizing here refuses malformed chats at admission and gives the queue its charge.
+        let charged = source.charge(&self.prompt)?;
         let max_new_tokens = request
             .sampling
             .max_tokens
             .into_option()
             .map(|m| m as usize)
             .unwrap_or(self.settings.default_max_tokens);
-        let (model, prompt, settings) = (
-            self.model.clone(),
-            self.prompt.clone(),
-            self.settings.clone(),
-        );
+        let (model, prompt) = (self.model.clone(), self.prompt.clone());
+        let media_options = MediaOptions {
+            limits: self.settings.limits.clone(),
+            resample: self.settings.resample,
+        };
         let media = self.media.clone();
         let prepare = Box::new(move || {
-            let input =
-                build_input(&model, &prompt, &settings, &messages).map_err(RowError::Invalid)?;
+            let input = source
+                .build(&model, &prompt, &media_options, &options)
+                .map_err(RowError::Invalid)?;
             (media.prepare_fn(input, max_new_tokens))()
         });
         let s = &request.sampling;
@@ -333,11 +372,15 @@ impl PluginModel for Phi4mmModel {
                 top_p: s.top_p,
                 seed: s.seed.into_option(),
             },
+            logprobs: request.logprobs.into_option().map(usize::from),
             max_new_tokens,
             stop_ids: self.model.config.eos_token_ids.clone(),
             stop_strings: request.stop.iter().map(|s| s.to_string()).collect(),
             deadline: deadline_of(request.deadline_unix_ms.into_option()),
-            sink: Box::new(HostSink { sink }),
+            sink: Box::new(HostSink {
+                sink,
+                prompt: self.prompt.clone(),
+            }),
         };
         self.scheduler.submit(job).map_err(|r| match r {
             Refusal::Overloaded(m) => PluginError::overloaded(m),
@@ -369,6 +412,7 @@ impl PluginModel for Phi4mmModel {
                 serde_json::json!({
                     "slots": s.slots,
                     "queued_tokens": s.queued_tokens,
+                    "steps_by_rows": s.steps_by_rows,
                     "prepared_waiting": s.ready,
                     "audio_rows_per_branch": { "speech": s.rows_per_audio_branch[0], "vision": s.rows_per_audio_branch[1] },
                     "backend": self.backend_name,
@@ -391,6 +435,18 @@ impl PluginModel for Phi4mmModel {
 /// Scheduler events → host events.
 struct HostSink {
     sink: EventSinkBox,
+    /// For the bytes of the tokens in log-probability reports.
+    prompt: Arc<Prompt>,
+}
+
+impl HostSink {
+    fn logprob(&self, (id, logprob): (u32, f32)) -> TokenLogprob {
+        TokenLogprob {
+            id,
+            bytes: self.prompt.token_bytes(id).into(),
+            logprob,
+        }
+    }
 }
 
 impl RowSink for HostSink {
@@ -400,10 +456,20 @@ impl RowSink for HostSink {
         })
     }
 
-    fn token(&mut self, id: u32, text: &str) -> bool {
+    fn token(&mut self, id: u32, text: &str, logprobs: Option<&Logprobs>) -> bool {
+        let logprobs = logprobs.map(|l| TokenLogprobs {
+            sampled: self.logprob(l.sampled),
+            top: l
+                .top
+                .iter()
+                .map(|&t| self.logprob(t))
+                .collect::<Vec<_>>()
+                .into(),
+        });
         self.sink.send(Event::Token {
             id,
             text: text.into(),
+            logprobs: logprobs.map_or(ROption::RNone, ROption::RSome),
         })
     }
 

@@ -2,11 +2,18 @@
 //! model's [`PromptInput`]: media preprocessed by the front end, placeholders bound in order and
 //! expanded to each medium's token count. Used by `phi4mm generate` and by the plugin.
 
-use crate::audio::{features_from_bytes, AudioError, AudioOptions};
+use crate::audio::{features_from_bytes, AudioError, AudioOptions, ResampleMode};
 use crate::image::{preprocess, ImageError, ImageOptions};
 use crate::limits::{LimitError, Limits};
 use crate::model::{AdapterChoice, AudioInput, ImageInput, PromptInput};
 use crate::prompt::{Message, Prompt, PromptError};
+
+/// How media are checked and decoded: the limits, and how clips not at 16 kHz are resampled.
+#[derive(Clone, Debug, Default)]
+pub struct MediaOptions {
+    pub limits: Limits,
+    pub resample: ResampleMode,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -51,11 +58,15 @@ pub fn audio_input(bytes: &[u8], options: &AudioOptions) -> Result<AudioInput, A
 fn media(
     images: &[&[u8]],
     audios: &[&[u8]],
-    limits: &Limits,
+    options: &MediaOptions,
 ) -> Result<(Vec<ImageInput>, Vec<AudioInput>), RequestError> {
+    let limits = &options.limits;
     limits.check_counts(images.len(), audios.len())?;
     let io = ImageOptions::from_limits(limits);
-    let ao = AudioOptions::from_limits(limits);
+    let ao = AudioOptions {
+        resample: options.resample,
+        ..AudioOptions::from_limits(limits)
+    };
     let images = images
         .iter()
         .enumerate()
@@ -102,11 +113,11 @@ pub fn from_messages(
     model: &crate::model::Phi4mm,
     prompt: &Prompt,
     messages: &[Message],
-    limits: &Limits,
+    options: &MediaOptions,
     adapter: AdapterChoice,
 ) -> Result<PromptInput, RequestError> {
     let ids = prompt.encode_messages(messages, true)?;
-    let (images, audios) = media(&ids.images, &ids.audios, limits)?;
+    let (images, audios) = media(&ids.images, &ids.audios, options)?;
     let (ic, ac) = token_counts(model, &images, &audios);
     let input_ids = prompt.expand(&ids.ids, &ic, &ac)?;
     Ok(PromptInput {
@@ -123,10 +134,10 @@ pub fn from_ids(
     input_ids: Vec<u32>,
     images: &[&[u8]],
     audios: &[&[u8]],
-    limits: &Limits,
+    options: &MediaOptions,
     adapter: AdapterChoice,
 ) -> Result<PromptInput, RequestError> {
-    let (images, audios) = media(images, audios, limits)?;
+    let (images, audios) = media(images, audios, options)?;
     Ok(PromptInput {
         input_ids,
         images,

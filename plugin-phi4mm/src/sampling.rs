@@ -49,6 +49,41 @@ impl SamplingConfig {
     }
 }
 
+/// Log probabilities at one step: the sampled token's and the `k` most likely tokens', best first
+/// (ties by id, as argmax), from the model's logits — before temperature, top-k or top-p shape
+/// them for sampling.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logprobs {
+    pub sampled: (u32, f32),
+    pub top: Vec<(u32, f32)>,
+}
+
+impl Logprobs {
+    pub fn of(logits: &[f32], sampled: u32, k: usize) -> Self {
+        // log-softmax with the sum in f64: exact to f32 even over a 200k vocabulary.
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+        let lse = max + sum.ln();
+        let logprob = |i: u32| (logits[i as usize] as f64 - lse) as f32;
+        let better = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        let k = k.min(logits.len());
+        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+        if k > 0 && k < ids.len() {
+            ids.select_nth_unstable_by(k - 1, better);
+        }
+        ids.truncate(k);
+        ids.sort_by(better);
+        Logprobs {
+            sampled: (sampled, logprob(sampled)),
+            top: ids.into_iter().map(|i| (i, logprob(i))).collect(),
+        }
+    }
+}
+
 /// SplitMix64: tiny, seedable, and good enough for drawing one token per step.
 #[derive(Clone, Debug)]
 struct SplitMix64(u64);
@@ -193,6 +228,25 @@ mod tests {
         assert_eq!(draw(11), draw(11));
         let ones = draw(11).iter().filter(|&&t| t == 1).count() as f64 / 4000.0;
         assert!((ones - 0.75).abs() < 0.03, "frequency {ones}");
+    }
+
+    #[test]
+    fn logprobs_are_log_softmax_and_top_k_is_ordered() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+        let lse = logits.iter().map(|&l| (l as f64).exp()).sum::<f64>().ln();
+        let l = Logprobs::of(&logits, 2, 3);
+        assert!((l.sampled.1 as f64 - (2.0 - lse)).abs() < 1e-6);
+        assert_eq!(l.sampled.0, 2);
+        // Ties go to the lower id, as greedy sampling breaks them.
+        assert_eq!(l.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3, 2]);
+        let total: f64 = logits
+            .iter()
+            .enumerate()
+            .map(|(i, _)| (Logprobs::of(&logits, i as u32, 0).sampled.1 as f64).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-6, "probabilities sum to {total}");
+        assert!(Logprobs::of(&logits, 0, 0).top.is_empty());
+        assert_eq!(Logprobs::of(&logits, 0, 99).top.len(), logits.len());
     }
 
     #[test]

@@ -209,7 +209,7 @@ fn run_chat_case(layout_dir: &str, case: &str) {
         model,
         &prompt,
         &messages,
-        &switchyard_phi4mm::limits::Limits::default(),
+        &switchyard_phi4mm::request::MediaOptions::default(),
         AdapterChoice::Auto,
     )
     .expect("request");

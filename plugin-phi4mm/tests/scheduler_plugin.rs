@@ -48,19 +48,18 @@ fn model(extra: &str) -> Phi4mmModel {
 
 fn request(id: u64, endpoint: Endpoint, parts: Vec<Part>, max: u32) -> Request {
     Request {
-        id,
-        endpoint,
-        messages: vec![Message {
-            role: Role::User,
-            parts: parts.into(),
-        }]
-        .into(),
         sampling: SamplingParams {
             max_tokens: Some(max).into(),
             ..SamplingParams::default()
         },
-        stop: Vec::new().into(),
-        deadline_unix_ms: None.into(),
+        ..Request::new(
+            id,
+            endpoint,
+            vec![Message {
+                role: Role::User,
+                parts: parts.into(),
+            }],
+        )
     }
 }
 

@@ -119,18 +119,14 @@ fn abi_cost() -> (Duration, Duration) {
     rt.block_on(runtime.apply(cfg)).unwrap();
     let generation = runtime.current();
     let instance = generation.table.instances()["bot"].clone();
-    let request = switchyard_plugin_api::Request {
-        id: 1,
-        endpoint: switchyard_plugin_api::Endpoint::Chat,
-        messages: vec![switchyard_plugin_api::Message::text(
+    let request = switchyard_plugin_api::Request::new(
+        1,
+        switchyard_plugin_api::Endpoint::Chat,
+        vec![switchyard_plugin_api::Message::text(
             switchyard_plugin_api::Role::User,
             "x",
-        )]
-        .into(),
-        sampling: Default::default(),
-        stop: Default::default(),
-        deadline_unix_ms: abi_stable::std_types::ROption::RNone,
-    };
+        )],
+    );
     let n = 200_000;
     let t = Instant::now();
     for _ in 0..n {

@@ -3,6 +3,7 @@
 use super::{
     dispatch::{dispatch, Dispatched},
     error::ApiError,
+    logprobs::{self, LogprobsFormat},
     openai::ChatRequest,
     record::{record_refusal, RequestRecord},
     served_by_headers,
@@ -23,7 +24,9 @@ use std::{
     sync::Arc,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
-use switchyard_plugin_api::{Event, FinishReason, Usage};
+use switchyard_plugin_api::{
+    abi_stable::std_types::ROption, Event, FinishReason, TokenLogprobs, Usage,
+};
 
 pub async fn chat_completions(
     State(runtime): State<Arc<Runtime>>,
@@ -62,12 +65,16 @@ pub async fn chat_completions(
         model: request.model.clone(),
     };
     let served_by = served_by_headers(dispatched.instance());
+    let logprobs = request.logprobs_format();
     if request.stream {
         let body = stream_chat(
             dispatched,
             record,
             meta,
-            request.include_usage(),
+            StreamOptions {
+                include_usage: request.include_usage(),
+                logprobs,
+            },
             runtime.current().config.server.retry_after_secs,
         );
         (served_by, body).into_response()
@@ -76,6 +83,7 @@ pub async fn chat_completions(
             dispatched,
             record,
             runtime.current().config.server.retry_after_secs,
+            logprobs,
         )
         .await
         {
@@ -109,6 +117,30 @@ pub struct Completed {
     pub text: String,
     pub reason: FinishReason,
     pub usage: Usage,
+    /// One `logprobs.content` entry per token, when the request asked for them.
+    pub logprobs: Option<Vec<Value>>,
+}
+
+/// What a streamed chat sends besides the text.
+struct StreamOptions {
+    include_usage: bool,
+    logprobs: Option<LogprobsFormat>,
+}
+
+/// A token's `logprobs.content` entry when the request asked for log probabilities. A plugin
+/// that accepted such a request must send them with every token; one that does not is broken, and
+/// the request fails rather than answering with a silently shorter list.
+fn token_logprobs(
+    format: Option<LogprobsFormat>,
+    sent: &ROption<TokenLogprobs>,
+) -> Result<Option<Value>, ApiError> {
+    match (format, sent) {
+        (None, _) => Ok(None),
+        (Some(f), ROption::RSome(l)) => Ok(Some(f.entry(l))),
+        (Some(_), ROption::RNone) => Err(ApiError::internal(
+            "the model sent a token without the log probabilities the request asked for",
+        )),
+    }
 }
 
 impl ChunkMeta {
@@ -116,6 +148,7 @@ impl ChunkMeta {
         json!({
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text},
+                         "logprobs": done.logprobs.clone().map(logprobs::content),
                          "finish_reason": done.reason.as_openai()}],
             "usage": usage_json(done.usage),
         })
@@ -152,19 +185,34 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// Waits for the whole answer.
+/// Waits for the whole answer; with `logprobs`, collects every token's entry.
 pub async fn collect(
     mut d: Dispatched,
     mut record: RequestRecord,
     retry_after: u32,
+    logprobs: Option<LogprobsFormat>,
 ) -> Result<Completed, ApiError> {
     let mut text = String::new();
+    let mut entries = logprobs.map(|_| Vec::new());
     while let Some(event) = d.events.recv().await {
         match event {
             Event::Started { .. } => {}
-            Event::Token { text: piece, .. } => {
+            Event::Token {
+                text: piece,
+                logprobs: sent,
+                ..
+            } => {
                 record.token();
                 text.push_str(&piece);
+                match token_logprobs(logprobs, &sent) {
+                    Ok(Some(entry)) => entries.get_or_insert_with(Vec::new).push(entry),
+                    Ok(None) => {}
+                    Err(e) => {
+                        // Dropping `d` unfinished cancels the request in the plugin.
+                        record.fail(e.status.as_u16(), e.code);
+                        return Err(e);
+                    }
+                }
             }
             Event::Finished { reason, usage } => {
                 d.admission.mark_finished();
@@ -173,6 +221,7 @@ pub async fn collect(
                     text,
                     reason,
                     usage,
+                    logprobs: entries,
                 });
             }
             Event::Failed(error) => {
@@ -194,18 +243,29 @@ fn stream_chat(
     mut d: Dispatched,
     mut record: RequestRecord,
     meta: ChunkMeta,
-    include_usage: bool,
+    options: StreamOptions,
     retry_after: u32,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
+    let include_usage = options.include_usage;
     let stream = async_stream::stream! {
         let data = |v: Value| Ok(SseEvent::default().data(v.to_string()));
         yield data(meta.chunk(json!({"role": "assistant", "content": ""}), None, include_usage));
         loop {
             match d.events.recv().await {
                 Some(Event::Started { .. }) => {}
-                Some(Event::Token { text, .. }) => {
+                Some(Event::Token { text, logprobs: sent, .. }) => {
                     record.token();
-                    yield data(meta.chunk(json!({"content": text.as_str()}), None, include_usage));
+                    let mut chunk = meta.chunk(json!({"content": text.as_str()}), None, include_usage);
+                    match token_logprobs(options.logprobs, &sent) {
+                        Ok(Some(entry)) => chunk["choices"][0]["logprobs"] = logprobs::content(vec![entry]),
+                        Ok(None) => {}
+                        Err(e) => {
+                            record.fail(e.status.as_u16(), e.code);
+                            yield data(e.body());
+                            break;
+                        }
+                    }
+                    yield data(chunk);
                 }
                 Some(Event::Finished { reason, usage }) => {
                     d.admission.mark_finished();

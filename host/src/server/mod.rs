@@ -5,6 +5,7 @@ mod chat;
 mod dispatch;
 pub mod error;
 mod health;
+mod logprobs;
 mod openai;
 mod record;
 mod transcriptions;

@@ -1,6 +1,6 @@
 //! OpenAI request bodies and their translation into plugin requests.
 
-use super::error::ApiError;
+use super::{error::ApiError, logprobs::LogprobsFormat};
 use abi_stable::std_types::{ROption, RString, RVec};
 use base64::Engine;
 use serde::Deserialize;
@@ -25,6 +25,18 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
     pub stop: Option<Stop>,
     pub n: Option<u32>,
+    /// Return the log probability of every generated token.
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// With `logprobs`: this many most likely alternatives per token (0–20).
+    pub top_logprobs: Option<u32>,
+    /// vLLM's extension: the `token` fields of `logprobs` read `token_id:<id>` (ids are exact;
+    /// the bytes of one token need not be text).
+    #[serde(default)]
+    pub return_tokens_as_token_ids: bool,
+    /// Not in OpenAI's API: options for the model that serves the request, passed to its plugin
+    /// verbatim (a JSON object; each model documents its keys and refuses unknown ones).
+    pub model_options: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,6 +94,13 @@ impl ChatRequest {
         self.stream_options
             .as_ref()
             .is_some_and(|o| o.include_usage)
+    }
+
+    /// How to write `logprobs`, when the request asked for them.
+    pub fn logprobs_format(&self) -> Option<LogprobsFormat> {
+        self.logprobs.unwrap_or(false).then_some(LogprobsFormat {
+            token_ids: self.return_tokens_as_token_ids,
+        })
     }
 
     /// Builds the plugin request, decoding media; errors name the offending field.
@@ -152,6 +171,17 @@ impl ChatRequest {
         if !(top_p > 0.0 && top_p <= 1.0) {
             return Err(ApiError::invalid_param("top_p", "must be in (0, 1]"));
         }
+        let logprobs = self.logprobs_wanted()?;
+        let model_options = match &self.model_options {
+            None | Some(serde_json::Value::Null) => RString::new(),
+            Some(v @ serde_json::Value::Object(_)) => v.to_string().into(),
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    "model_options",
+                    "must be a JSON object",
+                ))
+            }
+        };
         let stop: Vec<RString> = match &self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.as_str().into()],
@@ -173,7 +203,32 @@ impl ChatRequest {
             },
             stop: stop.into(),
             deadline_unix_ms: ROption::RNone,
+            logprobs: logprobs.map_or(ROption::RNone, ROption::RSome),
+            model_options,
         })
+    }
+
+    /// `None` = no log probabilities; `Some(k)` = each token's and its `k` best alternatives.
+    fn logprobs_wanted(&self) -> Result<Option<u8>, ApiError> {
+        let max = Request::MAX_TOP_LOGPROBS;
+        let top = match self.top_logprobs {
+            None => None,
+            Some(k) if k <= max as u32 => Some(k as u8),
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    "top_logprobs",
+                    format!("must be between 0 and {max}"),
+                ))
+            }
+        };
+        match (self.logprobs.unwrap_or(false), top) {
+            (true, top) => Ok(Some(top.unwrap_or(0))),
+            (false, Some(_)) => Err(ApiError::invalid_param(
+                "top_logprobs",
+                "needs \"logprobs\": true",
+            )),
+            (false, None) => Ok(None),
+        }
     }
 }
 
@@ -262,5 +317,51 @@ mod tests {
         )
         .is_err());
         assert!(parse(r#"{"model":"m","messages":[{"role":"tool","content":"hi"}]}"#).is_err());
+    }
+
+    #[test]
+    fn logprobs_and_top_logprobs_are_checked_like_openai() {
+        let base = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]"#;
+        let with = |extra: &str| parse(&format!("{base},{extra}}}"));
+        assert_eq!(
+            with(r#""logprobs":true"#).unwrap().logprobs,
+            ROption::RSome(0)
+        );
+        assert_eq!(
+            with(r#""logprobs":true,"top_logprobs":20"#)
+                .unwrap()
+                .logprobs,
+            ROption::RSome(20)
+        );
+        assert_eq!(
+            with(r#""logprobs":false"#).unwrap().logprobs,
+            ROption::RNone
+        );
+        assert_eq!(
+            parse(&format!("{base}}}")).unwrap().logprobs,
+            ROption::RNone
+        );
+        let err = with(r#""logprobs":true,"top_logprobs":21"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("top_logprobs"));
+        let err = with(r#""top_logprobs":3"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("top_logprobs"));
+    }
+
+    #[test]
+    fn model_options_pass_verbatim_and_must_be_an_object() {
+        let base = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]"#;
+        let req = parse(&format!(
+            r#"{base},"model_options":{{"adapter":"speech","n":[1,2]}}}}"#
+        ))
+        .unwrap();
+        let options = req.model_options_json().unwrap().unwrap();
+        assert_eq!(options["adapter"], "speech");
+        assert_eq!(options["n"], serde_json::json!([1, 2]));
+        assert_eq!(
+            parse(&format!("{base}}}")).unwrap().model_options_json(),
+            Ok(None)
+        );
+        let err = parse(&format!(r#"{base},"model_options":"speech"}}"#)).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("model_options"));
     }
 }

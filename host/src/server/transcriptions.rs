@@ -10,7 +10,7 @@ use super::{
     served_by_headers,
 };
 use crate::runtime::Runtime;
-use abi_stable::std_types::{ROption, RVec};
+use abi_stable::std_types::RVec;
 use axum::{
     extract::{multipart::MultipartRejection, Multipart, State},
     http::HeaderMap,
@@ -148,19 +148,18 @@ pub async fn transcriptions(
         parts.push(Part::Text(prompt.into()));
     }
     let request = Request {
-        id: runtime.next_request_id(),
-        endpoint: Endpoint::Transcription,
-        messages: vec![Message {
-            role: Role::User,
-            parts: parts.into(),
-        }]
-        .into(),
         sampling: SamplingParams {
             temperature: form.temperature.unwrap_or(0.0),
             ..SamplingParams::default()
         },
-        stop: RVec::new(),
-        deadline_unix_ms: ROption::RNone,
+        ..Request::new(
+            runtime.next_request_id(),
+            Endpoint::Transcription,
+            vec![Message {
+                role: Role::User,
+                parts: parts.into(),
+            }],
+        )
     };
     let d = match dispatch(&runtime, &model, &headers, request) {
         Ok(d) => d,
@@ -216,7 +215,7 @@ pub async fn transcriptions(
         };
         return (served_by, Sse::new(stream)).into_response();
     }
-    match collect(d, record, retry_after).await {
+    match collect(d, record, retry_after, None).await {
         Ok(done) if response_format == "text" => (served_by, done.text).into_response(),
         Ok(done) => (
             served_by,

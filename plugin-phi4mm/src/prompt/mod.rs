@@ -13,6 +13,7 @@
 mod messages;
 mod special;
 mod template;
+mod token_bytes;
 
 pub use messages::{ContentPart, Message, Role};
 pub use special::SpecialTokens;
@@ -115,6 +116,11 @@ impl Prompt {
     /// The underlying tokenizer (for decoding generated ids).
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// The raw bytes of one token (it may hold part of a UTF-8 character).
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        token_bytes::token_bytes(&self.tokenizer, id)
     }
 
     /// Tokenizes raw prompt text: placeholders substituted, special tokens in the text honoured

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sampling::Sampler;
+use crate::sampling::{Logprobs, Sampler};
 
 use super::queue::panic_message;
 use super::row::{Row, RowEnd, RowInit};
@@ -172,6 +172,7 @@ fn new_row<B: StepBackend>(backend: &B, ready: Ready) -> Row<B::State> {
         prompt: prepared.embeds,
         prompt_tokens: prepared.prompt_tokens,
         sampler: Sampler::new(job.sampling, default_seed),
+        logprobs: job.logprobs,
         max_new_tokens: job.max_new_tokens,
         stop_ids: job.stop_ids,
         stop_strings: job.stop_strings,
@@ -211,6 +212,7 @@ fn step<B: StepBackend>(
             plan.push((i, 0));
         }
     }
+    shared.count_step(plan.len());
     let outcome = {
         let mut batch: Vec<StepRow<'_, B::State>> = Vec::with_capacity(plan.len());
         let mut plan_iter = plan.iter().peekable();
@@ -267,8 +269,9 @@ fn step<B: StepBackend>(
             row.sink.first_logits(&logits);
         }
         let token = row.sampler.sample(&logits);
+        let logprobs = row.logprobs.map(|k| Logprobs::of(&logits, token, k));
         let (text, stop) = row.push_token(token, detok);
-        let alive = row.sink.token(token, &text);
+        let alive = row.sink.token(token, &text, logprobs.as_ref());
         if !alive {
             slots[i] = None;
             freed = true;

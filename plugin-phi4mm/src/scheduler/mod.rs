@@ -19,12 +19,13 @@ mod row;
 pub use backend::{HostBackend, MediaStage, StepBackend, StepRow};
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::model::{AdapterMode, AudioBranch};
-use crate::sampling::SamplingConfig;
+use crate::sampling::{Logprobs, SamplingConfig};
 
 /// Token ids → text (for streaming text and stop strings).
 pub type Detokenize = Arc<dyn Fn(&[u32]) -> String + Send + Sync>;
@@ -72,8 +73,9 @@ pub enum Outcome {
 pub trait RowSink: Send + 'static {
     /// The row got a slot. `false` = the client is gone: the row is dropped.
     fn started(&mut self, prompt_tokens: usize) -> bool;
-    /// One sampled token and the text it adds. `false` = the client is gone.
-    fn token(&mut self, id: u32, text: &str) -> bool;
+    /// One sampled token and the text it adds, with its log probabilities when the job asked
+    /// for them. `false` = the client is gone.
+    fn token(&mut self, id: u32, text: &str, logprobs: Option<&Logprobs>) -> bool;
     /// Logits at the last prompt position (tests and tools; ignored by default).
     fn first_logits(&mut self, _logits: &[f32]) {}
     fn done(&mut self, outcome: Outcome);
@@ -89,6 +91,8 @@ pub struct Job {
     pub prompt_tokens: usize,
     pub prepare: PrepareFn,
     pub sampling: SamplingConfig,
+    /// Report log probabilities with every token: the sampled one's and this many best.
+    pub logprobs: Option<usize>,
     pub max_new_tokens: usize,
     /// Ids that end the row (EOS and the like); the id itself is still reported.
     pub stop_ids: Vec<u32>,
@@ -151,6 +155,9 @@ pub struct SchedulerStats {
     pub rows_per_audio_branch: [usize; 2],
     /// Request id in each slot.
     pub slots: Vec<Option<u64>>,
+    /// Decoder steps run since start, by how many rows they carried: element `n - 1` counts the
+    /// steps of `n` rows (how full the batches are).
+    pub steps_by_rows: Vec<u64>,
 }
 
 pub(crate) fn adapter_index(a: AdapterMode) -> usize {
@@ -172,6 +179,7 @@ pub(crate) struct JobRest {
     pub id: u64,
     pub prompt_tokens: usize,
     pub sampling: SamplingConfig,
+    pub logprobs: Option<usize>,
     pub max_new_tokens: usize,
     pub stop_ids: Vec<u32>,
     pub stop_strings: Vec<String>,
@@ -214,9 +222,17 @@ pub(crate) struct Shared {
     pub state: Mutex<State>,
     pub wake: Condvar,
     pub config: SchedulerConfig,
+    /// See [`SchedulerStats::steps_by_rows`]; counted by the driver without the lock.
+    pub steps_by_rows: Vec<AtomicU64>,
 }
 
 impl Shared {
+    pub fn count_step(&self, rows: usize) {
+        if let Some(n) = rows.checked_sub(1).and_then(|i| self.steps_by_rows.get(i)) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is caught by the driver; the state is still consistent
         // enough to cancel everything, so poisoning is ignored.
@@ -249,6 +265,7 @@ impl Scheduler {
                 ..State::default()
             }),
             wake: Condvar::new(),
+            steps_by_rows: (0..config.slots).map(|_| AtomicU64::new(0)).collect(),
             config,
         });
         let s = shared.clone();
@@ -275,6 +292,7 @@ impl Scheduler {
             prompt_tokens,
             prepare,
             sampling,
+            logprobs,
             max_new_tokens,
             stop_ids,
             stop_strings,
@@ -285,6 +303,7 @@ impl Scheduler {
             id,
             prompt_tokens,
             sampling,
+            logprobs,
             max_new_tokens,
             stop_ids,
             stop_strings,
@@ -345,6 +364,12 @@ impl Scheduler {
             rows_per_adapter,
             rows_per_audio_branch,
             slots: st.slots.iter().map(|s| s.map(|(id, _, _)| id)).collect(),
+            steps_by_rows: self
+                .shared
+                .steps_by_rows
+                .iter()
+                .map(|n| n.load(Ordering::Relaxed))
+                .collect(),
         }
     }
 

@@ -31,6 +31,8 @@ pub(crate) struct Row<S> {
     /// Embedding of the last sampled token (next decode input).
     pub next_input: Vec<f32>,
     pub sampler: Sampler,
+    /// Alternatives to report with each token's log probability; `None` = no log probabilities.
+    pub logprobs: Option<usize>,
     pub max_new_tokens: usize,
     pub stop_ids: Vec<u32>,
     pub stop_strings: Vec<String>,
@@ -49,6 +51,7 @@ pub(crate) struct RowInit<S> {
     pub prompt: Vec<f32>,
     pub prompt_tokens: usize,
     pub sampler: Sampler,
+    pub logprobs: Option<usize>,
     pub max_new_tokens: usize,
     pub stop_ids: Vec<u32>,
     pub stop_strings: Vec<String>,
@@ -68,6 +71,7 @@ impl<S> Row<S> {
             prefilled: 0,
             next_input: Vec::new(),
             sampler: i.sampler,
+            logprobs: i.logprobs,
             max_new_tokens: i.max_new_tokens,
             stop_ids: i.stop_ids,
             stop_strings: i
@@ -162,7 +166,7 @@ mod tests {
         fn started(&mut self, _: usize) -> bool {
             true
         }
-        fn token(&mut self, _: u32, _: &str) -> bool {
+        fn token(&mut self, _: u32, _: &str, _: Option<&crate::sampling::Logprobs>) -> bool {
             true
         }
         fn done(&mut self, _: super::super::Outcome) {}
@@ -177,6 +181,7 @@ mod tests {
             prompt: vec![],
             prompt_tokens: 1,
             sampler: Sampler::new(SamplingConfig::default(), 0),
+            logprobs: None,
             max_new_tokens: max,
             stop_ids: vec![0],
             stop_strings: stop_strings.iter().map(|s| s.to_string()).collect(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::model_support::*;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::{AdapterChoice, Phi4mm, PromptInput};
-use switchyard_phi4mm::sampling::SamplingConfig;
+use switchyard_phi4mm::sampling::{Logprobs, SamplingConfig};
 use switchyard_phi4mm::scheduler::{HostBackend, Job, MediaStage, Outcome, RowSink};
 
 pub fn model() -> Arc<Phi4mm> {
@@ -84,7 +84,7 @@ impl RowSink for ChannelSink {
     fn started(&mut self, prompt_tokens: usize) -> bool {
         self.tx.send(Ev::Started(self.id, prompt_tokens)).is_ok()
     }
-    fn token(&mut self, id: u32, _text: &str) -> bool {
+    fn token(&mut self, id: u32, _text: &str, _: Option<&Logprobs>) -> bool {
         self.seen += 1;
         if let Some((n, gate)) = &self.pause_at {
             if *n == self.seen {
@@ -119,6 +119,7 @@ pub fn job(
         prompt_tokens: input.input_ids.len(),
         prepare: backend.prepare_fn(input, max),
         sampling: SamplingConfig::default(),
+        logprobs: None,
         max_new_tokens: max,
         stop_ids: Vec::new(),
         stop_strings: Vec::new(),

@@ -9,11 +9,11 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use switchyard_phi4mm::backend;
-use switchyard_phi4mm::limits::Limits;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
+use switchyard_phi4mm::model::Phi4mm;
+use switchyard_phi4mm::options::AdapterOption;
 use switchyard_phi4mm::prompt::{Message, Prompt, Role};
 use switchyard_phi4mm::request;
-use switchyard_phi4mm::sampling::SamplingConfig;
+use switchyard_phi4mm::sampling::{Logprobs, SamplingConfig};
 use switchyard_phi4mm::scheduler::{Job, Outcome, RowSink, SchedulerConfig};
 
 use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs};
@@ -46,8 +46,9 @@ struct RequestSpec {
     audio: Vec<PathBuf>,
     #[serde(default)]
     image: Vec<PathBuf>,
+    /// `auto` (default), `none`, `speech` or `vision`.
     #[serde(default)]
-    adapter: Option<String>,
+    adapter: AdapterOption,
     #[serde(default = "default_max")]
     max_new_tokens: usize,
     #[serde(default)]
@@ -75,7 +76,7 @@ impl RowSink for Collect {
     fn started(&mut self, _: usize) -> bool {
         true
     }
-    fn token(&mut self, id: u32, _: &str) -> bool {
+    fn token(&mut self, id: u32, _: &str, _: Option<&Logprobs>) -> bool {
         self.tokens.push(id);
         true
     }
@@ -99,7 +100,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
     } else {
         None
     };
-    let limits = Limits::default();
+    let media_options = request::MediaOptions::default();
     let running = backend::start(
         args.backend.kind(),
         &args.iree.settings(),
@@ -118,13 +119,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
     let (tx, rx) = channel();
     let mut prompt_tokens = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        let adapter = match spec.adapter.as_deref().unwrap_or("auto") {
-            "auto" => AdapterChoice::Auto,
-            "none" => AdapterChoice::Fixed(AdapterMode::None),
-            "speech" => AdapterChoice::Fixed(AdapterMode::Speech),
-            "vision" => AdapterChoice::Fixed(AdapterMode::Vision),
-            other => bail!("request {i}: unknown adapter {other:?}"),
-        };
+        let adapter = spec.adapter.choice();
         let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
             paths
                 .iter()
@@ -135,7 +130,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
         let input = if let Some(ids) = &spec.input_ids {
             let im: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
             let au: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
-            request::from_ids(ids.clone(), &im, &au, &limits, adapter)?
+            request::from_ids(ids.clone(), &im, &au, &media_options, adapter)?
         } else {
             let p = prompt
                 .as_ref()
@@ -146,7 +141,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
                 (None, None) => bail!("request {i}: input_ids, prompt or messages required"),
             };
             attach_media(&mut messages, images, audios)?;
-            request::from_messages(&model, p, &messages, &limits, adapter)?
+            request::from_messages(&model, p, &messages, &media_options, adapter)?
         };
         if spec.max_new_tokens == 0 {
             bail!("request {i}: max_new_tokens must be at least 1");
@@ -157,6 +152,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
             prompt_tokens: input.input_ids.len(),
             prepare: media.prepare_fn(input, spec.max_new_tokens),
             sampling: SamplingConfig::default(),
+            logprobs: None,
             max_new_tokens: spec.max_new_tokens,
             stop_ids: if spec.ignore_eos {
                 Vec::new()

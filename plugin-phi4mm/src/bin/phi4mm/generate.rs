@@ -12,7 +12,6 @@ use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::config::{BackendKind, IreeSettings};
 #[cfg(feature = "iree")]
 use switchyard_phi4mm::iree::backend::IreeBackend;
-use switchyard_phi4mm::limits::Limits;
 use switchyard_phi4mm::model::{
     AdapterChoice, AdapterMode, Generation, Phi4mm, PreparedPrompt, PromptInput,
 };
@@ -153,7 +152,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             .collect()
     };
     let (image_bytes, audio_bytes) = (read(&args.image)?, read(&args.audio)?);
-    let limits = Limits::default();
+    let media = request::MediaOptions::default();
     // The tokenizer is needed for text prompts and to decode the output; a checkpoint without one
     // (e.g. the benchmark's) still runs from ids.
     let tokenizer = if args.model.join("tokenizer.json").exists() {
@@ -164,7 +163,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let input = if !args.input_ids.is_empty() {
         let imgs: Vec<&[u8]> = image_bytes.iter().map(Vec::as_slice).collect();
         let auds: Vec<&[u8]> = audio_bytes.iter().map(Vec::as_slice).collect();
-        request::from_ids(args.input_ids.clone(), &imgs, &auds, &limits, adapter)?
+        request::from_ids(args.input_ids.clone(), &imgs, &auds, &media, adapter)?
     } else {
         let prompt = tokenizer
             .as_ref()
@@ -180,7 +179,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             (None, None) => unreachable!("clap requires one input"),
         };
         attach_media(&mut messages, image_bytes, audio_bytes)?;
-        request::from_messages(&model, prompt, &messages, &limits, adapter)?
+        request::from_messages(&model, prompt, &messages, &media, adapter)?
     };
     if args.max_new_tokens == 0 {
         bail!("--max-new-tokens must be at least 1");

@@ -12,6 +12,9 @@
 //! | `fail_on_warm` | false | warm-up fails |
 //! | `inline` | false | answer inside `submit` on the caller's thread (measures the bare ABI cost) |
 //!
+//! Log probabilities: echo's distribution is a point mass on the echoed word, so every token has
+//! logprob 0 and is its own only alternative. Model options: none; any key is refused, named.
+//!
 //! Requests whose text contains `#fail` fail after their first token; `#panic` panics inside
 //! `submit`; `#panic-worker` panics on the worker thread after the first token. These exist so
 //! tests can prove that the host keeps serving.
@@ -27,9 +30,10 @@ use std::{
     time::Duration,
 };
 use switchyard_plugin_api::{
-    abi_stable::std_types::RString, AdapterRows, Endpoint, Event, EventSinkBox, FinishReason,
-    HostServices, Modality, ModelKindInfo, ModelStats, Part, PluginError, PluginManifest,
-    PluginModel, Request, SettingsText, Usage, API_VERSION,
+    abi_stable::std_types::{ROption, RString},
+    AdapterRows, Endpoint, Event, EventSinkBox, FinishReason, HostServices, Modality,
+    ModelKindInfo, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request,
+    SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -170,8 +174,9 @@ impl PluginModel for EchoModel {
         {
             panic!("the request asked for a panic");
         }
+        let logprobs = request.logprobs.into_option();
         if self.settings.inline {
-            return self.answer_inline(&words, &sink);
+            return self.answer_inline(&words, logprobs, &sink);
         }
         let cancel = Arc::new(AtomicBool::new(false));
         let mut state = self.shared.state.lock().unwrap();
@@ -192,6 +197,7 @@ impl PluginModel for EchoModel {
             words,
             max_tokens: request.sampling.max_tokens.into_option(),
             stop: request.stop.iter().map(|s| s.to_string()).collect(),
+            logprobs,
             prefix: self.settings.tag_tokens.then(|| {
                 format!(
                     "[{}@{}/{}]",
@@ -265,7 +271,12 @@ impl PluginModel for EchoModel {
 impl EchoModel {
     /// The whole answer inside `submit`: no thread, no queue; what is left is the ABI and the
     /// host's event channel.
-    fn answer_inline(&self, words: &[String], sink: &EventSinkBox) -> Result<(), PluginError> {
+    fn answer_inline(
+        &self,
+        words: &[String],
+        logprobs: Option<u8>,
+        sink: &EventSinkBox,
+    ) -> Result<(), PluginError> {
         let prompt_tokens = words.len() as u32;
         sink.send(Event::Started { prompt_tokens });
         for (i, word) in words.iter().enumerate() {
@@ -274,10 +285,7 @@ impl EchoModel {
             } else {
                 format!(" {word}")
             };
-            sink.send(Event::Token {
-                id: i as u32,
-                text: piece.into(),
-            });
+            sink.send(token_event(i as u32, piece, logprobs));
         }
         let usage = Usage {
             prompt_tokens,
@@ -293,6 +301,15 @@ impl EchoModel {
     /// The tokens to stream: the words of the last user message, and a description of each
     /// media part when this flavour accepts media.
     fn words_of(&self, request: &Request) -> Result<Vec<String>, PluginError> {
+        let options = request
+            .model_options_json()
+            .map_err(PluginError::invalid_request)?;
+        if let Some(key) = options.as_ref().and_then(|o| o.keys().next()) {
+            return Err(PluginError::invalid_request(format!(
+                "model_options.{key}: {} takes no model options",
+                self.flavour.plugin
+            )));
+        }
         let modality = request.modality();
         let accepted = manifest(self.flavour).models[0].accepts(request.endpoint, modality);
         if !accepted {
@@ -338,6 +355,7 @@ struct Job {
     words: Vec<String>,
     max_tokens: Option<u32>,
     stop: Vec<String>,
+    logprobs: Option<u8>,
     prefix: Option<String>,
     delay: Duration,
     slots: u32,
@@ -438,10 +456,7 @@ impl Job {
             {
                 return self.finish(FinishReason::Stop, prompt_tokens, sent);
             }
-            if !self.sink.send(Event::Token {
-                id: i as u32,
-                text: piece.into(),
-            }) {
+            if !self.sink.send(token_event(i as u32, piece, self.logprobs)) {
                 return; // the client is gone; release() frees the slot
             }
             sent += 1;
@@ -457,6 +472,29 @@ impl Job {
                 completion_tokens,
             },
         });
+    }
+}
+
+/// One echoed word; with log probabilities when asked: a point mass, logprob 0, no other
+/// alternative with any probability.
+fn token_event(id: u32, piece: String, logprobs: Option<u8>) -> Event {
+    let logprobs = logprobs.map(|top| {
+        let sampled = TokenLogprob {
+            id,
+            bytes: piece.as_bytes().to_vec().into(),
+            logprob: 0.0,
+        };
+        TokenLogprobs {
+            top: std::iter::repeat_n(sampled.clone(), top.min(1) as usize)
+                .collect::<Vec<_>>()
+                .into(),
+            sampled,
+        }
+    });
+    Event::Token {
+        id,
+        text: piece.into(),
+        logprobs: logprobs.map_or(ROption::RNone, ROption::RSome),
     }
 }
 

@@ -225,3 +225,302 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend 
         assert!(iree.contains(needle), "{needle} not in {iree}");
     }
 }
+
+/// The fixture's reference for one single-row case.
+struct Case {
+    name: String,
+    input_ids: Vec<u64>,
+    /// `none`, `speech` or `vision` (the fixture's `__base__` is no adapter).
+    adapter: String,
+    images: Vec<String>,
+    audios: Vec<String>,
+    greedy: Vec<u64>,
+    /// log-softmax of the reference `logits_first`, in f64.
+    logprobs_first: Vec<f64>,
+}
+
+fn fixture_dir() -> std::path::PathBuf {
+    workspace_root().join("tests/fixtures/phi4mm-tiny")
+}
+
+fn manifest() -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(fixture_dir().join("manifest.json")).unwrap()).unwrap()
+}
+
+fn case(name: &str, manifest: &serde_json::Value, tensors: &safetensors::SafeTensors) -> Case {
+    let c = &manifest["model_cases"]["cases"][name];
+    let ids = |v: &serde_json::Value| -> Vec<u64> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("{name}: {v}"))
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let names = |v: &serde_json::Value, key: Option<&str>| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| key.map_or(x, |k| &x[k]).as_str().unwrap().to_string())
+            .collect()
+    };
+    let t = tensors
+        .tensor(&format!("{name}.logits_first"))
+        .unwrap_or_else(|e| panic!("{name}.logits_first: {e}"));
+    let logits: Vec<f64> = t
+        .data()
+        .chunks(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
+        .collect();
+    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lse = max + logits.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
+    Case {
+        name: name.into(),
+        input_ids: ids(&c["input_ids"]),
+        adapter: match c["adapter"].as_str().unwrap() {
+            "__base__" => "none".into(),
+            other => other.into(),
+        },
+        images: names(&c["images"], Some("name")),
+        audios: names(&c["audios"], None),
+        greedy: ids(&c["greedy_tokens"]),
+        logprobs_first: logits.iter().map(|l| l - lse).collect(),
+    }
+}
+
+/// A row of a fixture case as a chat request: its ids and adapter pinned through
+/// `model_options`, its media as content parts, greedy, with log probabilities and token ids.
+fn row_request(case: &Case, max_tokens: usize) -> serde_json::Value {
+    let mut content: Vec<serde_json::Value> = case
+        .images
+        .iter()
+        .map(|n| json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", input(&format!("{n}.png")))}}))
+        .collect();
+    content.extend(case.audios.iter().map(|n| {
+        json!({"type": "input_audio", "input_audio": {"data": input(&format!("{n}.wav")), "format": "wav"}})
+    }));
+    json!({
+        "model": "phi4mm-tiny", "temperature": 0, "max_tokens": max_tokens,
+        "logprobs": true, "top_logprobs": 5, "return_tokens_as_token_ids": true,
+        "messages": [{"role": "user", "content": content}],
+        "model_options": {"input_ids": case.input_ids, "adapter": case.adapter},
+    })
+}
+
+/// One answered row: per generated token its id, its logprob and the top-5 (id, logprob).
+#[derive(Debug)]
+struct Row {
+    tokens: Vec<u64>,
+    logprobs: Vec<f64>,
+    top: Vec<Vec<(u64, f64)>>,
+}
+
+fn token_id(entry: &serde_json::Value) -> u64 {
+    let token = entry["token"].as_str().unwrap();
+    token
+        .strip_prefix("token_id:")
+        .unwrap_or_else(|| panic!("not a token id: {token}"))
+        .parse()
+        .unwrap()
+}
+
+fn answered(case: &Case, reply: &switchyard_integration_tests::ChatReply) -> Row {
+    assert_eq!(reply.status, 200, "{}: {:?}", case.name, reply.body);
+    let content = reply.body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}: no logprobs in {}", case.name, reply.body));
+    Row {
+        tokens: content.iter().map(token_id).collect(),
+        logprobs: content
+            .iter()
+            .map(|e| e["logprob"].as_f64().unwrap())
+            .collect(),
+        top: content
+            .iter()
+            .map(|e| {
+                e["top_logprobs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| (token_id(t), t["logprob"].as_f64().unwrap()))
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// The fixture's float32 tolerance for logits, `1e-4 + 1e-4·|ref|`, doubled in its absolute part
+/// for log probabilities: a logprob is a logit minus the log-sum-exp of all logits, and each of
+/// the two may be off by the logit tolerance.
+fn close(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 2e-4 + 1e-4 * want.abs()
+}
+
+/// The first step of a row against the fixture: the sampled token's logprob and the top 5
+/// (ids and values) against the log-softmax of the reference logits.
+fn assert_first_step_matches_reference(case: &Case, row: &Row, what: &str) {
+    let want = |id: u64| case.logprobs_first[id as usize];
+    assert!(
+        close(row.logprobs[0], want(row.tokens[0])),
+        "{what} {}: first logprob {} vs reference {}",
+        case.name,
+        row.logprobs[0],
+        want(row.tokens[0])
+    );
+    let mut reference: Vec<(u64, f64)> = (0..case.logprobs_first.len() as u64)
+        .map(|id| (id, want(id)))
+        .collect();
+    reference.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let ids: Vec<u64> = row.top[0].iter().map(|t| t.0).collect();
+    let ref_ids: Vec<u64> = reference[..5].iter().map(|t| t.0).collect();
+    assert_eq!(ids, ref_ids, "{what} {}: top-5 ids of the first step", case.name);
+    for &(id, lp) in &row.top[0] {
+        assert!(
+            close(lp, want(id)),
+            "{what} {}: token {id}: {lp} vs {}",
+            case.name,
+            want(id)
+        );
+    }
+}
+
+/// Two answers of the same row: the same tokens, every step's logprobs within the tolerance
+/// (the top-5 compared by rank, so two near-tied alternatives may swap ids).
+fn assert_same_row(case: &Case, solo: &Row, batched: &Row) {
+    assert_eq!(batched.tokens, solo.tokens, "{}: batched vs solo", case.name);
+    for (step, (b, s)) in batched.logprobs.iter().zip(&solo.logprobs).enumerate() {
+        assert!(close(*b, *s), "{} step {step}: {b} vs {s}", case.name);
+        for (bt, st) in batched.top[step].iter().zip(&solo.top[step]) {
+            assert!(close(bt.1, st.1), "{} step {step}: top {bt:?} vs {st:?}", case.name);
+        }
+    }
+}
+
+/// Decoder steps so far that carried `rows` rows, from the instance's stats.
+async fn steps_with_rows(server: &Server, rows: usize) -> u64 {
+    let status = server.status().await;
+    status["instances"][0]["stats"]["details"]["steps_by_rows"][rows - 1]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no steps_by_rows in {status}"))
+}
+
+/// Both `mixed_batches` of the fixture through `switchyard serve`: each row — its fixture ids,
+/// media and adapter pinned through `model_options` — alone, then all rows of the batch at once,
+/// decoding in one batch with a different adapter per row. Every row's tokens equal its solo run
+/// and the reference, its logprobs the solo run's and, at the first step, the reference's.
+#[tokio::test]
+async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_reference() {
+    // Longer than the fixture's 8 tokens, so the rows of a batch overlap for many steps; the
+    // first 8 are checked against the reference, all of them against the solo run.
+    const MAX_TOKENS: usize = 32;
+    let config = config()
+        .replace("slots = 2", "slots = 3")
+        .replace("default_max_tokens = 8", "default_max_tokens = 8, prefill_chunk = 64");
+    let server = Server::start(&config).await;
+    let manifest = manifest();
+    let bytes = std::fs::read(fixture_dir().join("model_cases.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for batch in ["mixed_audio_text", "mixed_image_text"] {
+        let spec = &manifest["mixed_batches"][batch];
+        let cases: Vec<Case> = spec["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| case(r.as_str().unwrap(), &manifest, &tensors))
+            .collect();
+        let mut solo = Vec::new();
+        for (i, c) in cases.iter().enumerate() {
+            let row = answered(c, &server.chat(row_request(c, MAX_TOKENS)).await);
+            let reference = spec["greedy_tokens_per_row"][i].as_array().unwrap();
+            let reference: Vec<u64> = reference.iter().map(|t| t.as_u64().unwrap()).collect();
+            assert_eq!(reference, c.greedy, "{batch}: the fixture's row {i} is its case");
+            assert_eq!(row.tokens[..8], c.greedy[..], "{batch} solo {}", c.name);
+            assert_first_step_matches_reference(c, &row, "solo");
+            solo.push(row);
+        }
+        // Concurrent requests share decoder steps as soon as they are prepared; the instance's
+        // step counts prove it (a retry covers the unlikely run where they never meet).
+        let mut met = false;
+        for _attempt in 0..5 {
+            let before = steps_with_rows(&server, cases.len()).await;
+            let replies = futures_util::future::join_all(
+                cases.iter().map(|c| server.chat(row_request(c, MAX_TOKENS))),
+            )
+            .await;
+            let together = steps_with_rows(&server, cases.len()).await - before;
+            for ((c, reply), solo) in cases.iter().zip(&replies).zip(&solo) {
+                let batched = answered(c, reply);
+                assert_same_row(c, solo, &batched);
+                assert_first_step_matches_reference(c, &batched, "batched");
+            }
+            eprintln!("{batch}: {together} decoder steps carried all {} rows", cases.len());
+            if together > 0 {
+                met = true;
+                break;
+            }
+        }
+        assert!(met, "{batch}: the rows never shared a decoder step in 5 attempts");
+    }
+}
+
+/// A relative `checkpoint` means relative to the config file, like the host's plugin paths —
+/// not to the directory the server was started in.
+#[tokio::test]
+async fn a_relative_checkpoint_path_resolves_against_the_config_file() {
+    let dir = switchyard_integration_tests::TempDir::new("phi4mm-relative");
+    std::fs::create_dir(dir.path().join("models")).unwrap();
+    std::os::unix::fs::symlink(
+        fixture_dir().join("model"),
+        dir.path().join("models/tiny"),
+    )
+    .unwrap();
+    let absolute = workspace_root()
+        .join("tests/fixtures/phi4mm-tiny/model")
+        .display()
+        .to_string();
+    let config = config().replace(&absolute, "models/tiny");
+    assert!(config.contains("checkpoint = \"models/tiny\""), "{config}");
+    let server = Server::start_in(dir, &config).await;
+    let reply = server
+        .chat(json!({"model": "phi4mm-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+}
+
+/// `model_options` that phi4mm refuses, each with a 400 naming the problem; the instance keeps
+/// serving.
+#[tokio::test]
+async fn bad_model_options_are_refused_clearly() {
+    let server = Server::start(&config()).await;
+    let text = |options: serde_json::Value, content: serde_json::Value| {
+        json!({"model": "phi4mm-tiny", "max_tokens": 2, "model_options": options,
+               "messages": [{"role": "user", "content": content}]})
+    };
+    for (body, needle) in [
+        (text(json!({"adapter": "audio"}), json!("hi")), "audio"),
+        (text(json!({"adaptor": "speech"}), json!("hi")), "adaptor"),
+        (
+            text(json!({"input_ids": [1021, 5, 1020, 1019]}), json!("hi")),
+            "replaces the text",
+        ),
+        (text(json!({"input_ids": []}), json!([])), "empty"),
+        // One audio placeholder id, no clip: the counts disagree.
+        (
+            text(json!({"input_ids": [1021, 1011, 1020, 1019]}), json!([])),
+            "placeholder",
+        ),
+        (
+            text(json!({"input_ids": [1021, 99999, 1020, 1019]}), json!([])),
+            "vocabulary",
+        ),
+    ] {
+        let reply = server.chat(body.clone()).await;
+        assert_eq!(reply.status, 400, "{body}: {:?}", reply.body);
+        let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    let reply = server
+        .chat(text(json!({"input_ids": [1021, 5, 6, 1020, 1019], "adapter": "vision"}), json!([])))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["usage"]["prompt_tokens"], 5);
+}

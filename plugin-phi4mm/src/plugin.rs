@@ -159,6 +159,21 @@ impl Phi4mmModel {
                 Part::Audio { data, .. } => audios.push(data.to_vec()),
             }
         }
+        // The model reads placeholder ids without media as ordinary tokens (as the reference
+        // does); from a client they mean a medium went missing.
+        let config = &self.model.config;
+        for (kind, id, media) in [
+            ("image", config.image_token_id, images.len()),
+            ("audio", config.audio_token_id, audios.len()),
+        ] {
+            let placeholders = input_ids.iter().filter(|&&x| x == id).count();
+            if media == 0 && placeholders > 0 {
+                return Err(PluginError::invalid_request(format!(
+                    "model_options.input_ids: {placeholders} {kind} placeholder id(s) ({id}) but \
+                     no {kind} part in the messages"
+                )));
+            }
+        }
         Ok(PromptSource::Ids {
             input_ids: input_ids.clone(),
             images,

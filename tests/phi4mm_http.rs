@@ -372,7 +372,11 @@ fn assert_first_step_matches_reference(case: &Case, row: &Row, what: &str) {
     reference.sort_by(|a, b| b.1.total_cmp(&a.1));
     let ids: Vec<u64> = row.top[0].iter().map(|t| t.0).collect();
     let ref_ids: Vec<u64> = reference[..5].iter().map(|t| t.0).collect();
-    assert_eq!(ids, ref_ids, "{what} {}: top-5 ids of the first step", case.name);
+    assert_eq!(
+        ids, ref_ids,
+        "{what} {}: top-5 ids of the first step",
+        case.name
+    );
     for &(id, lp) in &row.top[0] {
         assert!(
             close(lp, want(id)),
@@ -386,11 +390,19 @@ fn assert_first_step_matches_reference(case: &Case, row: &Row, what: &str) {
 /// Two answers of the same row: the same tokens, every step's logprobs within the tolerance
 /// (the top-5 compared by rank, so two near-tied alternatives may swap ids).
 fn assert_same_row(case: &Case, solo: &Row, batched: &Row) {
-    assert_eq!(batched.tokens, solo.tokens, "{}: batched vs solo", case.name);
+    assert_eq!(
+        batched.tokens, solo.tokens,
+        "{}: batched vs solo",
+        case.name
+    );
     for (step, (b, s)) in batched.logprobs.iter().zip(&solo.logprobs).enumerate() {
         assert!(close(*b, *s), "{} step {step}: {b} vs {s}", case.name);
         for (bt, st) in batched.top[step].iter().zip(&solo.top[step]) {
-            assert!(close(bt.1, st.1), "{} step {step}: top {bt:?} vs {st:?}", case.name);
+            assert!(
+                close(bt.1, st.1),
+                "{} step {step}: top {bt:?} vs {st:?}",
+                case.name
+            );
         }
     }
 }
@@ -412,9 +424,10 @@ async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_refer
     // Longer than the fixture's 8 tokens, so the rows of a batch overlap for many steps; the
     // first 8 are checked against the reference, all of them against the solo run.
     const MAX_TOKENS: usize = 32;
-    let config = config()
-        .replace("slots = 2", "slots = 3")
-        .replace("default_max_tokens = 8", "default_max_tokens = 8, prefill_chunk = 64");
+    let config = config().replace("slots = 2", "slots = 3").replace(
+        "default_max_tokens = 8",
+        "default_max_tokens = 8, prefill_chunk = 64",
+    );
     let server = Server::start(&config).await;
     let manifest = manifest();
     let bytes = std::fs::read(fixture_dir().join("model_cases.safetensors")).unwrap();
@@ -432,7 +445,10 @@ async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_refer
             let row = answered(c, &server.chat(row_request(c, MAX_TOKENS)).await);
             let reference = spec["greedy_tokens_per_row"][i].as_array().unwrap();
             let reference: Vec<u64> = reference.iter().map(|t| t.as_u64().unwrap()).collect();
-            assert_eq!(reference, c.greedy, "{batch}: the fixture's row {i} is its case");
+            assert_eq!(
+                reference, c.greedy,
+                "{batch}: the fixture's row {i} is its case"
+            );
             assert_eq!(row.tokens[..8], c.greedy[..], "{batch} solo {}", c.name);
             assert_first_step_matches_reference(c, &row, "solo");
             solo.push(row);
@@ -443,7 +459,9 @@ async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_refer
         for _attempt in 0..5 {
             let before = steps_with_rows(&server, cases.len()).await;
             let replies = futures_util::future::join_all(
-                cases.iter().map(|c| server.chat(row_request(c, MAX_TOKENS))),
+                cases
+                    .iter()
+                    .map(|c| server.chat(row_request(c, MAX_TOKENS))),
             )
             .await;
             let together = steps_with_rows(&server, cases.len()).await - before;
@@ -452,13 +470,19 @@ async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_refer
                 assert_same_row(c, solo, &batched);
                 assert_first_step_matches_reference(c, &batched, "batched");
             }
-            eprintln!("{batch}: {together} decoder steps carried all {} rows", cases.len());
+            eprintln!(
+                "{batch}: {together} decoder steps carried all {} rows",
+                cases.len()
+            );
             if together > 0 {
                 met = true;
                 break;
             }
         }
-        assert!(met, "{batch}: the rows never shared a decoder step in 5 attempts");
+        assert!(
+            met,
+            "{batch}: the rows never shared a decoder step in 5 attempts"
+        );
     }
 }
 
@@ -468,11 +492,8 @@ async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_refer
 async fn a_relative_checkpoint_path_resolves_against_the_config_file() {
     let dir = switchyard_integration_tests::TempDir::new("phi4mm-relative");
     std::fs::create_dir(dir.path().join("models")).unwrap();
-    std::os::unix::fs::symlink(
-        fixture_dir().join("model"),
-        dir.path().join("models/tiny"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(fixture_dir().join("model"), dir.path().join("models/tiny"))
+        .unwrap();
     let absolute = workspace_root()
         .join("tests/fixtures/phi4mm-tiny/model")
         .display()
@@ -519,7 +540,10 @@ async fn bad_model_options_are_refused_clearly() {
         assert!(message.contains(needle), "{needle:?} not in {message:?}");
     }
     let reply = server
-        .chat(text(json!({"input_ids": [1021, 5, 6, 1020, 1019], "adapter": "vision"}), json!([])))
+        .chat(text(
+            json!({"input_ids": [1021, 5, 6, 1020, 1019], "adapter": "vision"}),
+            json!([]),
+        ))
         .await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     assert_eq!(reply.body["usage"]["prompt_tokens"], 5);

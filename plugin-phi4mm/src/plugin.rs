@@ -22,8 +22,8 @@ use crate::prompt::{ContentPart, Message, Prompt, Role};
 use crate::request::{self, MediaOptions};
 use crate::sampling::{Logprobs, SamplingConfig};
 use crate::scheduler::{
-    Detokenize, FinishReason, Job, MediaStage, Outcome, Refusal, RowError, RowSink, Scheduler,
-    SchedulerConfig,
+    Detokenize, FinishReason, Generation, Job, MediaStage, Outcome, Refusal, RowError, RowSink,
+    Scheduler, SchedulerConfig,
 };
 
 pub const KIND: &str = "phi4mm";
@@ -325,12 +325,7 @@ impl PluginModel for Phi4mmModel {
                 },
                 1,
             ),
-            sampling: SamplingConfig::default(),
-            logprobs: None,
-            max_new_tokens: 1,
-            stop_ids: Vec::new(),
-            stop_strings: Vec::new(),
-            deadline: None,
+            generation: Generation::greedy(1),
             sink: Box::new(WarmSink(tx)),
         };
         self.scheduler
@@ -381,17 +376,19 @@ impl PluginModel for Phi4mmModel {
             id: request.id,
             prompt_tokens: charged,
             prepare,
-            sampling: SamplingConfig {
-                temperature: s.temperature,
-                top_k: s.top_k as usize,
-                top_p: s.top_p,
-                seed: s.seed.into_option(),
+            generation: Generation {
+                sampling: SamplingConfig {
+                    temperature: s.temperature,
+                    top_k: s.top_k as usize,
+                    top_p: s.top_p,
+                    seed: s.seed.into_option(),
+                },
+                logprobs: request.logprobs.into_option().map(usize::from),
+                max_new_tokens,
+                stop_ids: self.model.config.eos_token_ids.clone(),
+                stop_strings: request.stop.iter().map(|s| s.to_string()).collect(),
+                deadline: deadline_of(request.deadline_unix_ms.into_option()),
             },
-            logprobs: request.logprobs.into_option().map(usize::from),
-            max_new_tokens,
-            stop_ids: self.model.config.eos_token_ids.clone(),
-            stop_strings: request.stop.iter().map(|s| s.to_string()).collect(),
-            deadline: deadline_of(request.deadline_unix_ms.into_option()),
             sink: Box::new(HostSink {
                 sink,
                 prompt: self.prompt.clone(),

@@ -284,7 +284,7 @@ fn disconnect_queued_cancel_and_deadline_free_everything() {
 
     // A request whose deadline has passed fails without computing.
     let mut j = job(&h.backend, 3, pinned_case_input("text_base"), 8, h.sink(3));
-    j.deadline = Some(Instant::now());
+    j.generation.deadline = Some(Instant::now());
     h.sched.submit(j).unwrap();
     h.wait("3 done", |e| matches!(e, Ev::Done(3, _)));
     assert_eq!(

@@ -87,7 +87,7 @@ fn iterate<B: StepBackend>(
                 for slot in slots.iter_mut() {
                     let drop_it = match slot {
                         Some(r) if st.cancel_running.remove(&r.id) => Some(None),
-                        Some(r) if r.deadline.is_some_and(|d| now >= d) => {
+                        Some(r) if r.generation.deadline.is_some_and(|d| now >= d) => {
                             Some(Some(RowError::Deadline))
                         }
                         _ => None,
@@ -105,7 +105,12 @@ fn iterate<B: StepBackend>(
                 // Expired jobs waiting for a slot leave the queue too.
                 let mut i = 0;
                 while i < st.ready.len() {
-                    if st.ready[i].job.deadline.is_some_and(|d| now >= d) {
+                    if st.ready[i]
+                        .job
+                        .generation
+                        .deadline
+                        .is_some_and(|d| now >= d)
+                    {
                         let r = st.ready.remove(i).expect("index checked");
                         st.unqueue(r.job.id);
                         expired_waiting.push(r);
@@ -171,12 +176,8 @@ fn new_row<B: StepBackend>(backend: &B, ready: Ready) -> Row<B::State> {
         state: backend.new_state(),
         prompt: prepared.embeds,
         prompt_tokens: prepared.prompt_tokens,
-        sampler: Sampler::new(job.sampling, default_seed),
-        logprobs: job.logprobs,
-        max_new_tokens: job.max_new_tokens,
-        stop_ids: job.stop_ids,
-        stop_strings: job.stop_strings,
-        deadline: job.deadline,
+        sampler: Sampler::new(job.generation.sampling.clone(), default_seed),
+        generation: job.generation,
         sink: job.sink,
     })
 }
@@ -269,7 +270,10 @@ fn step<B: StepBackend>(
             row.sink.first_logits(&logits);
         }
         let token = row.sampler.sample(&logits);
-        let logprobs = row.logprobs.map(|k| Logprobs::of(&logits, token, k));
+        let logprobs = row
+            .generation
+            .logprobs
+            .map(|k| Logprobs::of(&logits, token, k));
         let (text, stop) = row.push_token(token, detok);
         let alive = row.sink.token(token, &text, logprobs.as_ref());
         if !alive {

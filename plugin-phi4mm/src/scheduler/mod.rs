@@ -90,6 +90,13 @@ pub struct Job {
     /// preparing; placeholders count once per medium until prepared).
     pub prompt_tokens: usize,
     pub prepare: PrepareFn,
+    pub generation: Generation,
+    pub sink: Box<dyn RowSink>,
+}
+
+/// How a job generates and when it stops; it travels unchanged from admission to the slot.
+#[derive(Clone, Debug)]
+pub struct Generation {
     pub sampling: SamplingConfig,
     /// Report log probabilities with every token: the sampled one's and this many best.
     pub logprobs: Option<usize>,
@@ -98,7 +105,20 @@ pub struct Job {
     pub stop_ids: Vec<u32>,
     pub stop_strings: Vec<String>,
     pub deadline: Option<Instant>,
-    pub sink: Box<dyn RowSink>,
+}
+
+impl Generation {
+    /// Greedy, `max_new_tokens` at most, no stops, no log probabilities, no deadline.
+    pub fn greedy(max_new_tokens: usize) -> Self {
+        Generation {
+            sampling: SamplingConfig::default(),
+            logprobs: None,
+            max_new_tokens,
+            stop_ids: Vec::new(),
+            stop_strings: Vec::new(),
+            deadline: None,
+        }
+    }
 }
 
 /// Why a job was not admitted (it then got no event).
@@ -178,12 +198,7 @@ pub(crate) struct Ready {
 pub(crate) struct JobRest {
     pub id: u64,
     pub prompt_tokens: usize,
-    pub sampling: SamplingConfig,
-    pub logprobs: Option<usize>,
-    pub max_new_tokens: usize,
-    pub stop_ids: Vec<u32>,
-    pub stop_strings: Vec<String>,
-    pub deadline: Option<Instant>,
+    pub generation: Generation,
     pub sink: Box<dyn RowSink>,
 }
 
@@ -280,10 +295,10 @@ impl Scheduler {
     }
 
     pub fn submit(&self, job: Job) -> Result<(), Refusal> {
-        if let Err(e) = job.sampling.validate() {
+        if let Err(e) = job.generation.sampling.validate() {
             return Err(Refusal::Invalid(e));
         }
-        if job.max_new_tokens == 0 {
+        if job.generation.max_new_tokens == 0 {
             return Err(Refusal::Invalid("max_tokens must be at least 1".into()));
         }
         queue::admit(&self.shared, job.id, job.prompt_tokens)?;
@@ -291,23 +306,13 @@ impl Scheduler {
             id,
             prompt_tokens,
             prepare,
-            sampling,
-            logprobs,
-            max_new_tokens,
-            stop_ids,
-            stop_strings,
-            deadline,
+            generation,
             sink,
         } = job;
         let rest = JobRest {
             id,
             prompt_tokens,
-            sampling,
-            logprobs,
-            max_new_tokens,
-            stop_ids,
-            stop_strings,
-            deadline,
+            generation,
             sink,
         };
         let shared = self.shared.clone();

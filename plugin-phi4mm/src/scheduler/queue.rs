@@ -57,7 +57,11 @@ pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, prepare: Pr
     if !still_wanted(&job) {
         return job.sink.done(cancelled());
     }
-    if job.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+    if job
+        .generation
+        .deadline
+        .is_some_and(|d| std::time::Instant::now() >= d)
+    {
         shared.lock().unqueue(job.id);
         return job.sink.done(Outcome::Failed(RowError::Deadline));
     }

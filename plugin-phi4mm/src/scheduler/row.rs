@@ -1,12 +1,10 @@
 //! What one slot owns while a request runs: its decoder state, adapter and audio branch, prompt
 //! still to prefill, sampler, stop conditions, budget, and the text already streamed.
 
-use std::time::Instant;
-
 use crate::model::{AdapterMode, AudioBranch};
 use crate::sampling::Sampler;
 
-use super::{Detokenize, RowSink};
+use super::{Detokenize, Generation, RowSink};
 
 /// Why a row stops after the token just sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,12 +29,8 @@ pub(crate) struct Row<S> {
     /// Embedding of the last sampled token (next decode input).
     pub next_input: Vec<f32>,
     pub sampler: Sampler,
-    /// Alternatives to report with each token's log probability; `None` = no log probabilities.
-    pub logprobs: Option<usize>,
-    pub max_new_tokens: usize,
-    pub stop_ids: Vec<u32>,
-    pub stop_strings: Vec<String>,
-    pub deadline: Option<Instant>,
+    /// Budget, stops, deadline, log probabilities (empty stop strings dropped).
+    pub generation: Generation,
     pub sink: Box<dyn RowSink>,
     pub tokens: Vec<u32>,
     /// Bytes of the decoded text already sent.
@@ -51,16 +45,13 @@ pub(crate) struct RowInit<S> {
     pub prompt: Vec<f32>,
     pub prompt_tokens: usize,
     pub sampler: Sampler,
-    pub logprobs: Option<usize>,
-    pub max_new_tokens: usize,
-    pub stop_ids: Vec<u32>,
-    pub stop_strings: Vec<String>,
-    pub deadline: Option<Instant>,
+    pub generation: Generation,
     pub sink: Box<dyn RowSink>,
 }
 
 impl<S> Row<S> {
-    pub fn new(i: RowInit<S>) -> Self {
+    pub fn new(mut i: RowInit<S>) -> Self {
+        i.generation.stop_strings.retain(|s| !s.is_empty());
         Row {
             id: i.id,
             adapter: i.adapter,
@@ -71,15 +62,7 @@ impl<S> Row<S> {
             prefilled: 0,
             next_input: Vec::new(),
             sampler: i.sampler,
-            logprobs: i.logprobs,
-            max_new_tokens: i.max_new_tokens,
-            stop_ids: i.stop_ids,
-            stop_strings: i
-                .stop_strings
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect(),
-            deadline: i.deadline,
+            generation: i.generation,
             sink: i.sink,
             tokens: Vec::new(),
             emitted: 0,
@@ -93,9 +76,10 @@ impl<S> Row<S> {
     /// Records a sampled token; returns the text it adds and whether the row stops here.
     pub fn push_token(&mut self, token: u32, detok: Option<&Detokenize>) -> (String, RowEnd) {
         self.tokens.push(token);
-        let mut stop = if self.stop_ids.contains(&token) {
+        let g = &self.generation;
+        let stop = if g.stop_ids.contains(&token) {
             RowEnd::Stop
-        } else if self.tokens.len() >= self.max_new_tokens {
+        } else if self.tokens.len() >= g.max_new_tokens {
             RowEnd::Length
         } else {
             RowEnd::Continue
@@ -111,6 +95,7 @@ impl<S> Row<S> {
         }
         // A stop string ends the text before its first occurrence.
         if let Some(pos) = self
+            .generation
             .stop_strings
             .iter()
             .filter_map(|s| full.find(s.as_str()))
@@ -127,6 +112,7 @@ impl<S> Row<S> {
             // string; both are released with a later token or at the end.
             end = full.trim_end_matches('\u{FFFD}').len();
             let held = self
+                .generation
                 .stop_strings
                 .iter()
                 .map(|s| longest_tail_prefix(&full[..end], s))
@@ -137,9 +123,6 @@ impl<S> Row<S> {
         let end = end.max(self.emitted);
         let delta = full[self.emitted..end].to_string();
         self.emitted = end;
-        if stop == RowEnd::Continue && self.tokens.len() >= self.max_new_tokens {
-            stop = RowEnd::Length;
-        }
         (delta, stop)
     }
 }
@@ -181,11 +164,11 @@ mod tests {
             prompt: vec![],
             prompt_tokens: 1,
             sampler: Sampler::new(SamplingConfig::default(), 0),
-            logprobs: None,
-            max_new_tokens: max,
-            stop_ids: vec![0],
-            stop_strings: stop_strings.iter().map(|s| s.to_string()).collect(),
-            deadline: None,
+            generation: Generation {
+                stop_ids: vec![0],
+                stop_strings: stop_strings.iter().map(|s| s.to_string()).collect(),
+                ..Generation::greedy(max)
+            },
             sink: Box::new(Null),
         })
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::model_support::*;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::{AdapterChoice, Phi4mm, PromptInput};
-use switchyard_phi4mm::sampling::{Logprobs, SamplingConfig};
-use switchyard_phi4mm::scheduler::{HostBackend, Job, MediaStage, Outcome, RowSink};
+use switchyard_phi4mm::sampling::Logprobs;
+use switchyard_phi4mm::scheduler::{Generation, HostBackend, Job, MediaStage, Outcome, RowSink};
 
 pub fn model() -> Arc<Phi4mm> {
     static M: OnceLock<Arc<Phi4mm>> = OnceLock::new();
@@ -118,12 +118,7 @@ pub fn job(
         id,
         prompt_tokens: input.input_ids.len(),
         prepare: backend.prepare_fn(input, max),
-        sampling: SamplingConfig::default(),
-        logprobs: None,
-        max_new_tokens: max,
-        stop_ids: Vec::new(),
-        stop_strings: Vec::new(),
-        deadline: None,
+        generation: Generation::greedy(max),
         sink: Box::new(sink),
     }
 }

@@ -13,8 +13,8 @@ use switchyard_phi4mm::model::Phi4mm;
 use switchyard_phi4mm::options::AdapterOption;
 use switchyard_phi4mm::prompt::{Message, Prompt, Role};
 use switchyard_phi4mm::request;
-use switchyard_phi4mm::sampling::{Logprobs, SamplingConfig};
-use switchyard_phi4mm::scheduler::{Job, Outcome, RowSink, SchedulerConfig};
+use switchyard_phi4mm::sampling::Logprobs;
+use switchyard_phi4mm::scheduler::{Generation, Job, Outcome, RowSink, SchedulerConfig};
 
 use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs};
 
@@ -151,16 +151,14 @@ pub fn run(args: BatchArgs) -> Result<()> {
             id: i as u64,
             prompt_tokens: input.input_ids.len(),
             prepare: media.prepare_fn(input, spec.max_new_tokens),
-            sampling: SamplingConfig::default(),
-            logprobs: None,
-            max_new_tokens: spec.max_new_tokens,
-            stop_ids: if spec.ignore_eos {
-                Vec::new()
-            } else {
-                model.config.eos_token_ids.clone()
+            generation: Generation {
+                stop_ids: if spec.ignore_eos {
+                    Vec::new()
+                } else {
+                    model.config.eos_token_ids.clone()
+                },
+                ..Generation::greedy(spec.max_new_tokens)
             },
-            stop_strings: Vec::new(),
-            deadline: None,
             sink: Box::new(Collect {
                 index: i,
                 tokens: Vec::new(),

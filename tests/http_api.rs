@@ -180,38 +180,16 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
     assert_eq!(reply.instance, "mirror-a");
     assert_eq!(reply.content(), "describe [image:10B] [audio:wav:7B]");
 
-    let form = reqwest::multipart::Form::new()
-        .text("model", "mirror-a")
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(vec![0u8; 44]).file_name("clip.wav"),
-        );
-    let r = server
-        .http
-        .post(format!("{}/v1/audio/transcriptions", server.base))
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let body: serde_json::Value = r.json().await.unwrap();
+    let (status, body) = server
+        .transcribe("mirror-a", "clip.wav", vec![0u8; 44], &[])
+        .await;
+    assert_eq!(status, 200);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["text"], "transcript: [audio:wav:44B]");
 
-    let form = reqwest::multipart::Form::new()
-        .text("model", "mirror-a")
-        .text("stream", "true")
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(vec![0u8; 5]).file_name("a.mp3"),
-        );
-    let r = server
-        .http
-        .post(format!("{}/v1/audio/transcriptions", server.base))
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    let text = r.text().await.unwrap();
+    let (_, text) = server
+        .transcribe("mirror-a", "a.mp3", vec![0u8; 5], &[("stream", "true")])
+        .await;
     assert!(text.contains("transcript.text.delta"), "{text}");
     assert!(
         text.contains(r#""text":"transcript: [audio:mp3:5B]""#),
@@ -219,20 +197,10 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
     );
 
     // The echo model serves no transcriptions: a clear 400.
-    let form = reqwest::multipart::Form::new()
-        .text("model", "echo-a")
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(vec![0u8; 5]).file_name("a.wav"),
-        );
-    let r = server
-        .http
-        .post(format!("{}/v1/audio/transcriptions", server.base))
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
+    let (status, _) = server
+        .transcribe("echo-a", "a.wav", vec![0u8; 5], &[])
+        .await;
+    assert_eq!(status, 400);
 }
 
 #[tokio::test]

@@ -76,37 +76,15 @@ async fn every_modality_and_both_endpoints_over_http() {
     let wav =
         std::fs::read(workspace_root().join("tests/fixtures/phi4mm-tiny/inputs/audio_16k.wav"))
             .unwrap();
-    let form = reqwest::multipart::Form::new()
-        .text("model", "phi4mm-tiny")
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(wav.clone()).file_name("clip.wav"),
-        );
-    let r = server
-        .http
-        .post(format!("{}/v1/audio/transcriptions", server.base))
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let body: serde_json::Value = r.json().await.unwrap();
+    let (status, body) = server
+        .transcribe("phi4mm-tiny", "clip.wav", wav.clone(), &[])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(body["text"].is_string(), "{body}");
-    let form = reqwest::multipart::Form::new()
-        .text("model", "phi4mm-tiny")
-        .text("stream", "true")
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(wav).file_name("clip.wav"),
-        );
-    let r = server
-        .http
-        .post(format!("{}/v1/audio/transcriptions", server.base))
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    let text = r.text().await.unwrap();
+    let (_, text) = server
+        .transcribe("phi4mm-tiny", "clip.wav", wav, &[("stream", "true")])
+        .await;
     assert!(text.contains("transcript.text.done"), "{text}");
 
     // Malformed media: a clear 400, and the instance keeps serving.
@@ -120,19 +98,10 @@ async fn every_modality_and_both_endpoints_over_http() {
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_frees_its_slot() {
-    use futures_util::StreamExt;
     let server = Server::start(&config()).await;
     let body = json!({"model": "phi4mm-tiny", "stream": true, "max_tokens": 2000, "temperature": 0,
                       "messages": [{"role": "user", "content": "Tell me a long story."}]});
-    let response = server
-        .http
-        .post(format!("{}/v1/chat/completions", server.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
-    let _first = stream.next().await.unwrap().unwrap();
+    let stream = server.open_stream(body).await;
     // The host sends the role chunk at once; wait until the request holds a slot in the plugin.
     let mut during = serde_json::Value::Null;
     for _ in 0..200 {

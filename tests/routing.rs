@@ -161,18 +161,7 @@ async fn fallback_when_full_then_429_with_retry_after() {
     let server = Server::start(&config()).await;
     let long = json!({"model": "limited-alone", "messages": user("one two three four five six"), "stream": true});
     // Occupy `tiny` (max_in_flight 1) with a slow stream.
-    let http = server.http.clone();
-    let url = format!("{}/v1/chat/completions", server.base);
-    let busy = tokio::spawn(async move {
-        http.post(url)
-            .json(&long)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    });
+    let busy = server.chat_in_background(long);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The route with a fallback goes to tiny-backup.
@@ -196,22 +185,13 @@ async fn fallback_when_full_then_429_with_retry_after() {
     busy.await.unwrap();
 
     // The plugin's own queue bound also maps to 429: `slow` has 2 slots and no queue.
-    let mut holders = Vec::new();
-    for _ in 0..2 {
-        let http = server.http.clone();
-        let url = format!("{}/v1/chat/completions", server.base);
-        let body = json!({"model": "slow", "messages": user("a b c d e f g h"), "stream": true});
-        holders.push(tokio::spawn(async move {
-            http.post(url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        }));
-    }
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            server.chat_in_background(
+                json!({"model": "slow", "messages": user("a b c d e f g h"), "stream": true}),
+            )
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(150)).await;
     let reply = server
         .chat(json!({"model": "slow", "messages": user("x")}))
@@ -224,18 +204,9 @@ async fn fallback_when_full_then_429_with_retry_after() {
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_frees_the_slot() {
-    use futures_util::StreamExt;
     let server = Server::start(&config()).await;
     let body = json!({"model": "slow", "messages": user(&"w ".repeat(200)), "stream": true});
-    let response = server
-        .http
-        .post(format!("{}/v1/chat/completions", server.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
-    let _first = stream.next().await.unwrap().unwrap();
+    let stream = server.open_stream(body).await;
     let slow = |status: &serde_json::Value| {
         status["instances"]
             .as_array()

@@ -244,6 +244,70 @@ impl Server {
         }
     }
 
+    /// Starts a chat request on its own task and reads its whole body there (a client holding a
+    /// slot while the test goes on).
+    pub fn chat_in_background(&self, body: serde_json::Value) -> tokio::task::JoinHandle<String> {
+        let (http, url) = (
+            self.http.clone(),
+            format!("{}/v1/chat/completions", self.base),
+        );
+        tokio::spawn(async move {
+            http.post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        })
+    }
+
+    /// Opens a streamed chat and reads its first chunk; dropping the stream disconnects.
+    pub async fn open_stream(
+        &self,
+        body: serde_json::Value,
+    ) -> impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> {
+        use futures_util::StreamExt;
+        let response = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let mut stream = response.bytes_stream();
+        let _first = stream.next().await.unwrap().unwrap();
+        stream
+    }
+
+    /// `POST /v1/audio/transcriptions` with one file (`model` and `fields` as text parts):
+    /// (status, body text).
+    pub async fn transcribe(
+        &self,
+        model: &str,
+        file_name: &str,
+        file: Vec<u8>,
+        fields: &[(&str, &str)],
+    ) -> (u16, String) {
+        let mut form = reqwest::multipart::Form::new().text("model", model.to_string());
+        for (name, value) in fields {
+            form = form.text(name.to_string(), value.to_string());
+        }
+        let form = form.part(
+            "file",
+            reqwest::multipart::Part::bytes(file).file_name(file_name.to_string()),
+        );
+        let r = self
+            .http
+            .post(format!("{}/v1/audio/transcriptions", self.base))
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
     /// Streaming chat, read to the end.
     pub async fn chat_stream(&self, body: serde_json::Value) -> StreamReply {
         use futures_util::StreamExt;

@@ -212,11 +212,15 @@ impl Server {
         self.chat_with(body, &[]).await
     }
 
-    pub async fn chat_with(&self, body: serde_json::Value, headers: &[(&str, &str)]) -> ChatReply {
-        let mut req = self
-            .http
+    /// A `POST /v1/chat/completions` with `body`, ready to send.
+    fn chat_request(&self, body: &serde_json::Value) -> reqwest::RequestBuilder {
+        self.http
             .post(format!("{}/v1/chat/completions", self.base))
-            .json(&body);
+            .json(body)
+    }
+
+    pub async fn chat_with(&self, body: serde_json::Value, headers: &[(&str, &str)]) -> ChatReply {
+        let mut req = self.chat_request(&body);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -247,20 +251,8 @@ impl Server {
     /// Starts a chat request on its own task and reads its whole body there (a client holding a
     /// slot while the test goes on).
     pub fn chat_in_background(&self, body: serde_json::Value) -> tokio::task::JoinHandle<String> {
-        let (http, url) = (
-            self.http.clone(),
-            format!("{}/v1/chat/completions", self.base),
-        );
-        tokio::spawn(async move {
-            http.post(url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        })
+        let request = self.chat_request(&body);
+        tokio::spawn(async move { request.send().await.unwrap().text().await.unwrap() })
     }
 
     /// Opens a streamed chat and reads its first chunk; dropping the stream disconnects.
@@ -269,13 +261,7 @@ impl Server {
         body: serde_json::Value,
     ) -> impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> {
         use futures_util::StreamExt;
-        let response = self
-            .http
-            .post(format!("{}/v1/chat/completions", self.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response = self.chat_request(&body).send().await.unwrap();
         let mut stream = response.bytes_stream();
         let _first = stream.next().await.unwrap().unwrap();
         stream
@@ -311,13 +297,7 @@ impl Server {
     /// Streaming chat, read to the end.
     pub async fn chat_stream(&self, body: serde_json::Value) -> StreamReply {
         use futures_util::StreamExt;
-        let r = self
-            .http
-            .post(format!("{}/v1/chat/completions", self.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = self.chat_request(&body).send().await.unwrap();
         let status = r.status().as_u16();
         let plugin = r
             .headers()

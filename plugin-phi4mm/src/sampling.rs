@@ -60,28 +60,68 @@ pub struct Logprobs {
 
 impl Logprobs {
     pub fn of(logits: &[f32], sampled: u32, k: usize) -> Self {
-        // log-softmax with the sum in f64: exact to f32 even over a 200k vocabulary.
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-        let lse = max + sum.ln();
+        // log-softmax: each term in f32 (relative error ~1e-7), the sum and the log in f64, so
+        // the result is exact to f32 even over a 200k vocabulary.
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&l| (l - max).exp() as f64).sum();
+        let lse = max as f64 + sum.ln();
         let logprob = |i: u32| (logits[i as usize] as f64 - lse) as f32;
-        let better = |a: &u32, b: &u32| {
-            logits[*b as usize]
-                .total_cmp(&logits[*a as usize])
-                .then(a.cmp(b))
-        };
-        let k = k.min(logits.len());
-        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-        if k > 0 && k < ids.len() {
-            ids.select_nth_unstable_by(k - 1, better);
-        }
-        ids.truncate(k);
-        ids.sort_by(better);
         Logprobs {
             sampled: (sampled, logprob(sampled)),
-            top: ids.into_iter().map(|i| (i, logprob(i))).collect(),
+            top: best_ids(logits, k)
+                .into_iter()
+                .map(|i| (i, logprob(i)))
+                .collect(),
         }
     }
+}
+
+/// Whether token `a` ranks before token `b`: the higher logit, and on a tie the lower id (the
+/// order greedy argmax picks in). A total order, so every selection below is deterministic.
+fn ranks_before(logits: &[f32], a: u32, b: u32) -> bool {
+    logits[b as usize]
+        .total_cmp(&logits[a as usize])
+        .then(a.cmp(&b))
+        .is_lt()
+}
+
+/// Up to this many, the best ids come from one pass with a sorted shortlist; beyond, from a
+/// selection over all ids.
+const SHORTLIST: usize = 64;
+
+/// The `m` best token ids, best first. Never sorts the whole vocabulary: the per-token cost at
+/// 200k tokens is what every sampled or reported token pays.
+pub(crate) fn best_ids(logits: &[f32], m: usize) -> Vec<u32> {
+    let n = logits.len();
+    let m = m.min(n);
+    if m == 0 {
+        return Vec::new();
+    }
+    if m <= SHORTLIST {
+        // Almost every logit loses to the shortlist's last entry at its first comparison.
+        let mut best: Vec<u32> = Vec::with_capacity(m + 1);
+        for i in 0..n as u32 {
+            if best.len() == m && !ranks_before(logits, i, best[m - 1]) {
+                continue;
+            }
+            let at = best.partition_point(|&b| ranks_before(logits, b, i));
+            best.insert(at, i);
+            best.truncate(m);
+        }
+        return best;
+    }
+    let order = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    let mut ids: Vec<u32> = (0..n as u32).collect();
+    if m < n {
+        ids.select_nth_unstable_by(m - 1, order);
+        ids.truncate(m);
+    }
+    ids.sort_unstable_by(order);
+    ids
 }
 
 /// SplitMix64: tiny, seedable, and good enough for drawing one token per step.
@@ -124,51 +164,66 @@ impl Sampler {
         if self.config.is_greedy() {
             return argmax(logits);
         }
-        let t = self.config.temperature;
-        // Candidates sorted by logit, best first (index order on ties, as argmax).
-        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-        idx.sort_by(|&a, &b| {
-            logits[b as usize]
-                .total_cmp(&logits[a as usize])
-                .then(a.cmp(&b))
-        });
-        if self.config.top_k > 0 {
-            idx.truncate(self.config.top_k);
+        let (t, n) = (self.config.temperature, logits.len());
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let weight = |i: u32| (((logits[i as usize] - max) / t) as f64).exp();
+        let top_p = self.config.top_p as f64;
+        if self.config.top_k > 0 && self.config.top_k < n {
+            let ids = best_ids(logits, self.config.top_k);
+            let total: f64 = ids.iter().map(|&i| weight(i)).sum();
+            let keep = nucleus(&ids, &weight, total, top_p).unwrap_or(ids.len());
+            return self.draw(&ids[..keep], &weight);
         }
-        let max = logits[idx[0] as usize];
-        let mut probs: Vec<f64> = idx
-            .iter()
-            .map(|&i| (((logits[i as usize] - max) / t) as f64).exp())
-            .collect();
-        let sum: f64 = probs.iter().sum();
-        probs.iter_mut().for_each(|p| *p /= sum);
-        if self.config.top_p < 1.0 {
-            // Smallest prefix whose mass reaches top_p (always at least one token).
-            let mut mass = 0.0;
-            let mut keep = probs.len();
-            for (k, p) in probs.iter().enumerate() {
-                mass += p;
-                if mass >= self.config.top_p as f64 {
-                    keep = k + 1;
-                    break;
-                }
+        // Every token's weight, computed once.
+        let weights: Vec<f64> = (0..n as u32).map(weight).collect();
+        let weight = |i: u32| weights[i as usize];
+        if top_p >= 1.0 {
+            let all: Vec<u32> = (0..n as u32).collect();
+            return self.draw(&all, &weight);
+        }
+        // The nucleus is the best tokens up to `top_p` of the whole mass. A language model's
+        // distribution is peaked, so look at the best few, then at more, and sort the whole
+        // vocabulary only when a flat distribution needs it.
+        let total: f64 = weights.iter().sum();
+        for m in [SHORTLIST, 1024, n] {
+            let ids = best_ids(logits, m);
+            if let Some(keep) = nucleus(&ids, &weight, total, top_p) {
+                return self.draw(&ids[..keep], &weight);
             }
-            probs.truncate(keep);
-            idx.truncate(keep);
-            let s: f64 = probs.iter().sum();
-            probs.iter_mut().for_each(|p| *p /= s);
-        }
-        let u = self.rng.next_f64();
-        let mut acc = 0.0;
-        for (k, p) in probs.iter().enumerate() {
-            acc += p;
-            if u < acc {
-                return idx[k];
+            if m >= n {
+                return self.draw(&ids, &weight);
             }
         }
-        // Rounding left `acc` a hair under 1: the last candidate.
-        *idx.last().expect("at least one candidate")
+        unreachable!("the last round looks at every token")
     }
+
+    /// Draws one of `ids` with probability proportional to its weight.
+    fn draw(&mut self, ids: &[u32], weight: &impl Fn(u32) -> f64) -> u32 {
+        let total: f64 = ids.iter().map(|&i| weight(i)).sum();
+        let u = self.rng.next_f64() * total;
+        let mut acc = 0.0;
+        for &i in ids {
+            acc += weight(i);
+            if u < acc {
+                return i;
+            }
+        }
+        // Rounding left `acc` a hair under `total`: the last candidate.
+        *ids.last().expect("at least one candidate")
+    }
+}
+
+/// How many of `ids` (best first) make the smallest prefix holding `top_p` of `total`; `None`
+/// when all of them hold less.
+fn nucleus(ids: &[u32], weight: &impl Fn(u32) -> f64, total: f64, top_p: f64) -> Option<usize> {
+    let mut mass = 0.0;
+    for (k, &i) in ids.iter().enumerate() {
+        mass += weight(i) / total;
+        if mass >= top_p {
+            return Some(k + 1);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -247,6 +302,34 @@ mod tests {
         assert!((total - 1.0).abs() < 1e-6, "probabilities sum to {total}");
         assert!(Logprobs::of(&logits, 0, 0).top.is_empty());
         assert_eq!(Logprobs::of(&logits, 0, 99).top.len(), logits.len());
+    }
+
+    #[test]
+    fn best_ids_equal_a_full_sort_on_either_path() {
+        // Many ties (values repeat every 7 ids) to check that they go to the lower id.
+        let logits: Vec<f32> = (0..1000u32)
+            .map(|i| ((i * 37) % 7) as f32 - (i % 3) as f32 * 0.5)
+            .collect();
+        let mut sorted: Vec<u32> = (0..1000).collect();
+        sorted.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        for m in [1, 5, SHORTLIST, SHORTLIST + 1, 400, 1000, 5000] {
+            assert_eq!(best_ids(&logits, m), sorted[..m.min(1000)], "m = {m}");
+        }
+        assert!(best_ids(&logits, 0).is_empty());
+    }
+
+    #[test]
+    fn top_p_draws_only_from_the_nucleus_even_past_the_shortlist() {
+        // 1000 equal logits: the nucleus of 0.5 is the first 500 ids, beyond the shortlist.
+        let logits = vec![0.0f32; 1000];
+        let mut s = Sampler::new(cfg(1.0, 0, 0.5, 3), 0);
+        let draws: Vec<u32> = (0..2000).map(|_| s.sample(&logits)).collect();
+        assert!(draws.iter().all(|&t| t < 500), "{:?}", draws.iter().max());
+        assert!(draws.iter().any(|&t| t >= SHORTLIST as u32));
     }
 
     #[test]

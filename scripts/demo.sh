@@ -36,6 +36,9 @@ curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: applicati
 echo "--- Phi4MM: audio (input_audio)"
 curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
   -d '{"model":"phi4mm","max_tokens":8,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What is said?"},{"type":"input_audio","input_audio":{"data":"'"$WAV"'","format":"wav"}}]}]}'; echo
+echo "--- Phi4MM: text with the speech LoRA pinned (model_options), 3 tokens with their logprobs and token ids"
+curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"phi4mm","max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":2,"return_tokens_as_token_ids":true,"model_options":{"adapter":"speech"},"messages":[{"role":"user","content":"Hello"}]}'; echo
 echo "--- Phi4MM: /v1/audio/transcriptions"
 curl -s "http://127.0.0.1:$PORT/v1/audio/transcriptions" -F model=phi4mm -F file=@"$FIX/audio_16k.wav"; echo
 echo "--- GET /admin/status (admin listener)"

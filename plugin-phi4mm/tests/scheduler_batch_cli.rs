@@ -1,6 +1,7 @@
 //! `phi4mm batch` on both fixture `mixed_batches`: requests from expanded ids plus the raw
-//! WAV / PNG inputs, all through the scheduler at once; every row equals the reference tokens —
-//! on the host backend, and (feature `iree`) on the IREE backend.
+//! WAV / PNG inputs, all through the scheduler at once; every row equals the reference tokens,
+//! and its first-step log probabilities (the sampled token's and the top 5) the log-softmax of the
+//! reference logits — on the host backend, and (feature `iree`) on the IREE backend.
 
 mod model_support;
 
@@ -48,7 +49,7 @@ fn run(batch: &str, backend: &[&str]) {
             };
             serde_json::json!({
                 "input_ids": ids, "audio": audio, "image": image, "adapter": adapter,
-                "max_new_tokens": 8, "ignore_eos": true,
+                "max_new_tokens": 8, "ignore_eos": true, "logprobs": 5,
             })
         })
         .collect();
@@ -80,6 +81,40 @@ fn run(batch: &str, backend: &[&str]) {
             line["tokens"], b["greedy_tokens_per_row"][i],
             "{batch} row {i}"
         );
+        let case = b["rows"][i].as_str().unwrap();
+        let logits = model_cases().f32(&format!("{case}.logits_first")).0;
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let lse = max
+            + logits
+                .iter()
+                .map(|&l| (l as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        let reference = |id: u64| logits[id as usize] as f64 - lse;
+        // The fixture's logit tolerance, 1e-4 + 1e-4·|ref|, twice in the absolute part: a
+        // logprob is a logit minus the log-sum-exp, and each may be off by it.
+        let close = |got: f64, want: f64| (got - want).abs() <= 2e-4 + 1e-4 * want.abs();
+        let first = &line["logprobs"][0];
+        let sampled = line["tokens"][0].as_u64().unwrap();
+        let got = first["logprob"].as_f64().unwrap();
+        assert!(
+            close(got, reference(sampled)),
+            "{batch} row {i}: {got} vs {}",
+            reference(sampled)
+        );
+        let mut ranked: Vec<u64> = (0..logits.len() as u64).collect();
+        ranked.sort_by(|&a, &b| reference(b).total_cmp(&reference(a)));
+        let top = first["top"].as_array().unwrap();
+        assert_eq!(top.len(), 5, "{batch} row {i}");
+        for (pair, &want_id) in top.iter().zip(&ranked) {
+            let (id, lp) = (pair[0].as_u64().unwrap(), pair[1].as_f64().unwrap());
+            assert_eq!(id, want_id, "{batch} row {i}: top ids");
+            assert!(
+                close(lp, reference(id)),
+                "{batch} row {i}: token {id}: {lp} vs {}",
+                reference(id)
+            );
+        }
     }
 }
 

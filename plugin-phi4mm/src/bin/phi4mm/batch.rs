@@ -53,6 +53,9 @@ struct RequestSpec {
     max_new_tokens: usize,
     #[serde(default)]
     ignore_eos: bool,
+    /// Report each token's log probability and this many best alternatives.
+    #[serde(default)]
+    logprobs: Option<usize>,
 }
 
 fn default_max() -> usize {
@@ -64,26 +67,52 @@ struct Line {
     tokens: Vec<u32>,
     text: String,
     prompt_tokens: usize,
+    /// With `logprobs`: per token, its log probability and the best alternatives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<Vec<TokenLine>>,
+}
+
+#[derive(Serialize)]
+struct TokenLine {
+    logprob: f32,
+    /// `[id, logprob]`, best first.
+    top: Vec<(u32, f32)>,
+}
+
+/// What one request produced.
+#[derive(Default)]
+struct Produced {
+    tokens: Vec<u32>,
+    logprobs: Option<Vec<TokenLine>>,
 }
 
 struct Collect {
     index: usize,
-    tokens: Vec<u32>,
-    tx: Sender<(usize, Vec<u32>, Outcome)>,
+    produced: Produced,
+    tx: Sender<(usize, Produced, Outcome)>,
 }
 
 impl RowSink for Collect {
     fn started(&mut self, _: usize) -> bool {
         true
     }
-    fn token(&mut self, id: u32, _: &str, _: Option<&Logprobs>) -> bool {
-        self.tokens.push(id);
+    fn token(&mut self, id: u32, _: &str, logprobs: Option<&Logprobs>) -> bool {
+        self.produced.tokens.push(id);
+        if let Some(l) = logprobs {
+            self.produced
+                .logprobs
+                .get_or_insert_with(Vec::new)
+                .push(TokenLine {
+                    logprob: l.sampled.1,
+                    top: l.top.clone(),
+                });
+        }
         true
     }
     fn done(&mut self, outcome: Outcome) {
         let _ = self
             .tx
-            .send((self.index, std::mem::take(&mut self.tokens), outcome));
+            .send((self.index, std::mem::take(&mut self.produced), outcome));
     }
 }
 
@@ -157,11 +186,12 @@ pub fn run(args: BatchArgs) -> Result<()> {
                 } else {
                     model.config.eos_token_ids.clone()
                 },
+                logprobs: spec.logprobs,
                 ..Generation::greedy(spec.max_new_tokens)
             },
             sink: Box::new(Collect {
                 index: i,
-                tokens: Vec::new(),
+                produced: Produced::default(),
                 tx: tx.clone(),
             }),
         };
@@ -169,17 +199,17 @@ pub fn run(args: BatchArgs) -> Result<()> {
             .submit(job)
             .map_err(|r| anyhow::anyhow!("request {i} refused: {r:?}"))?;
     }
-    let mut results: Vec<Option<Vec<u32>>> = vec![None; specs.len()];
+    let mut results: Vec<Option<Produced>> = (0..specs.len()).map(|_| None).collect();
     for _ in 0..specs.len() {
-        let (i, tokens, outcome) = rx.recv()?;
+        let (i, produced, outcome) = rx.recv()?;
         if let Outcome::Failed(e) = outcome {
             bail!("request {i} failed: {e:?}");
         }
-        results[i] = Some(tokens);
+        results[i] = Some(produced);
     }
     sched.shutdown();
-    for (tokens, prompt_tokens) in results.into_iter().zip(prompt_tokens) {
-        let tokens = tokens.expect("every request reported");
+    for (produced, prompt_tokens) in results.into_iter().zip(prompt_tokens) {
+        let Produced { tokens, logprobs } = produced.expect("every request reported");
         let text = match &prompt {
             Some(p) => p.tokenizer().decode(&tokens, true).unwrap_or_default(),
             None => String::new(),
@@ -188,6 +218,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
             tokens,
             text,
             prompt_tokens,
+            logprobs,
         };
         println!("{}", serde_json::to_string(&line)?);
     }

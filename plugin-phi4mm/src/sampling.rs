@@ -172,14 +172,13 @@ impl Sampler {
             let ids = best_ids(logits, self.config.top_k);
             let total: f64 = ids.iter().map(|&i| weight(i)).sum();
             let keep = nucleus(&ids, &weight, total, top_p).unwrap_or(ids.len());
-            return self.draw(&ids[..keep], &weight);
+            return self.draw(ids[..keep].iter().copied(), &weight);
         }
         // Every token's weight, computed once.
         let weights: Vec<f64> = (0..n as u32).map(weight).collect();
         let weight = |i: u32| weights[i as usize];
         if top_p >= 1.0 {
-            let all: Vec<u32> = (0..n as u32).collect();
-            return self.draw(&all, &weight);
+            return self.draw(0..n as u32, &weight);
         }
         // The nucleus is the best tokens up to `top_p` of the whole mass. A language model's
         // distribution is peaked, so look at the best few, then at more, and sort the whole
@@ -188,28 +187,34 @@ impl Sampler {
         for m in [SHORTLIST, 1024, n] {
             let ids = best_ids(logits, m);
             if let Some(keep) = nucleus(&ids, &weight, total, top_p) {
-                return self.draw(&ids[..keep], &weight);
+                return self.draw(ids[..keep].iter().copied(), &weight);
             }
             if m >= n {
-                return self.draw(&ids, &weight);
+                return self.draw(ids.into_iter(), &weight);
             }
         }
         unreachable!("the last round looks at every token")
     }
 
-    /// Draws one of `ids` with probability proportional to its weight.
-    fn draw(&mut self, ids: &[u32], weight: &impl Fn(u32) -> f64) -> u32 {
-        let total: f64 = ids.iter().map(|&i| weight(i)).sum();
+    /// Draws one of `ids` (at least one) with probability proportional to its weight.
+    fn draw(
+        &mut self,
+        ids: impl Iterator<Item = u32> + Clone,
+        weight: &impl Fn(u32) -> f64,
+    ) -> u32 {
+        let total: f64 = ids.clone().map(weight).sum();
         let u = self.rng.next_f64() * total;
         let mut acc = 0.0;
-        for &i in ids {
+        let mut last = None;
+        for i in ids {
             acc += weight(i);
             if u < acc {
                 return i;
             }
+            last = Some(i);
         }
         // Rounding left `acc` a hair under `total`: the last candidate.
-        *ids.last().expect("at least one candidate")
+        last.expect("at least one candidate")
     }
 }
 

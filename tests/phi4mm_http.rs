@@ -23,19 +23,12 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 8 }}
         lib = target_profile_dir()
             .join("libswitchyard_phi4mm.so")
             .display(),
-        ckpt = workspace_root()
-            .join("tests/fixtures/phi4mm-tiny/model")
-            .display()
+        ckpt = fixture_dir().join("model").display()
     )
 }
 
 fn input(name: &str) -> String {
-    let bytes = std::fs::read(
-        workspace_root()
-            .join("tests/fixtures/phi4mm-tiny/inputs")
-            .join(name),
-    )
-    .unwrap();
+    let bytes = std::fs::read(fixture_dir().join("inputs").join(name)).unwrap();
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
@@ -73,9 +66,7 @@ async fn every_modality_and_both_endpoints_over_http() {
         assert_eq!(stream.text(), reply.content(), "{what}");
     }
 
-    let wav =
-        std::fs::read(workspace_root().join("tests/fixtures/phi4mm-tiny/inputs/audio_16k.wav"))
-            .unwrap();
+    let wav = std::fs::read(fixture_dir().join("inputs/audio_16k.wav")).unwrap();
     let (status, body) = server
         .transcribe("phi4mm-tiny", "clip.wav", wav.clone(), &[])
         .await;
@@ -156,9 +147,7 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend 
         lib = target_profile_dir()
             .join("libswitchyard_phi4mm.so")
             .display(),
-        ckpt = workspace_root()
-            .join("tests/fixtures/phi4mm-tiny/model")
-            .display(),
+        ckpt = fixture_dir().join("model").display(),
         cache = cache.display(),
     );
     let server = Server::start(&config).await;
@@ -463,10 +452,7 @@ async fn a_relative_checkpoint_path_resolves_against_the_config_file() {
     std::fs::create_dir(dir.path().join("models")).unwrap();
     std::os::unix::fs::symlink(fixture_dir().join("model"), dir.path().join("models/tiny"))
         .unwrap();
-    let absolute = workspace_root()
-        .join("tests/fixtures/phi4mm-tiny/model")
-        .display()
-        .to_string();
+    let absolute = fixture_dir().join("model").display().to_string();
     let config = config().replace(&absolute, "models/tiny");
     assert!(config.contains("checkpoint = \"models/tiny\""), "{config}");
     let server = Server::start_in(dir, &config).await;

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-target/phi4mm-bench-ckpt}"
 shift || true
-cargo build --release -p switchyard-phi4mm --bin phi4mm
+cargo build --release -p switchyard-phi4mm-cli --bin phi4mm
 if [ ! -f "$dir/model.safetensors" ]; then
     ./target/release/phi4mm bench-checkpoint --out "$dir"
 fi

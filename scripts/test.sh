@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/iree-env.sh
-features=(--features switchyard-phi4mm/iree,switchyard-integration-tests/iree)
+features=(--features switchyard-phi4mm/iree,switchyard-phi4mm-cli/iree,switchyard-integration-tests/iree)
 cargo build --workspace --all-targets "${features[@]}"
 cargo test --workspace --no-fail-fast "${features[@]}" "$@"

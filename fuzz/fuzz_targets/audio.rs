@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard_phi4mm::audio::{self, AudioOptions, ResampleMode};
+use switchyard_phi4mm_frontend::audio::{self, AudioOptions, ResampleMode};
 
 fuzz_target!(|data: &[u8]| {
     // A short duration limit keeps each input cheap; the limit code path is what is exercised.

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard_phi4mm::image::{self, ImageOptions};
+use switchyard_phi4mm_frontend::image::{self, ImageOptions};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks max_crops so the aspect-ratio search is exercised too.

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
-use switchyard_phi4mm::prompt::{ContentPart, Message, Prompt, Role};
+use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 fn prompt() -> &'static Prompt {
     static PROMPT: OnceLock<Prompt> = OnceLock::new();

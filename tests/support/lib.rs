@@ -29,22 +29,68 @@ pub fn target_profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-fn built(path: PathBuf) -> PathBuf {
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace` before the tests (see README)",
-        path.display()
-    );
+/// `path`, after checking that it exists and is newer than every source it is built from
+/// (`Cargo.toml` and `src/` of each crate in `crates`, relative to the workspace root): a test
+/// must never pass or fail on a binary built from other code than the tree it checks.
+fn built(path: PathBuf, crates: &[&str]) -> PathBuf {
+    let built_at = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: run `cargo build --workspace` before the tests (see README)",
+                path.display()
+            )
+        });
+    let root = workspace_root();
+    for krate in crates {
+        let dir = root.join(krate);
+        let mut stack = vec![dir.join("Cargo.toml"), dir.join("src")];
+        while let Some(p) = stack.pop() {
+            let Ok(meta) = std::fs::metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            } else if meta.modified().unwrap() > built_at {
+                panic!(
+                    "{} is older than {}: run `cargo build --workspace` before the tests \
+                     (see README)",
+                    path.display(),
+                    p.display()
+                );
+            }
+        }
+    }
     path
 }
 
 pub fn switchyard_bin() -> PathBuf {
-    built(target_profile_dir().join("switchyard"))
+    built(
+        target_profile_dir().join("switchyard"),
+        &["crates/host", "crates/plugin-api"],
+    )
 }
 
 /// A fixture plugin library: `echo`, `echo_v2`, `mirror`, `incompatible`.
 pub fn plugin_lib(name: &str) -> PathBuf {
-    built(target_profile_dir().join(format!("libswitchyard_plugin_{name}.so")))
+    let dir = format!("tests/plugins/{}", name.replace('_', "-"));
+    built(
+        target_profile_dir().join(format!("libswitchyard_plugin_{name}.so")),
+        &[&dir, "tests/plugins/echo-core", "crates/plugin-api"],
+    )
+}
+
+/// The Phi4MM plugin library.
+pub fn phi4mm_lib() -> PathBuf {
+    built(
+        target_profile_dir().join("libswitchyard_phi4mm.so"),
+        &[
+            "crates/phi4mm",
+            "crates/phi4mm-frontend",
+            "crates/artifact-cache",
+            "crates/plugin-api",
+        ],
+    )
 }
 
 /// A fresh private directory under the system temp dir, removed on drop.

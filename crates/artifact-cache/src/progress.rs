@@ -1,0 +1,56 @@
+//! What the cache tells its owner while it works. The cache itself never prints: a library inside
+//! a server must not draw on a terminal it does not own, so the owner (the plugin, the CLI)
+//! decides how each event is shown.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One thing a user waiting on the cache should know about.
+#[derive(Debug, Clone, Copy)]
+pub enum CacheEvent<'a> {
+    /// Another thread or process holds the entry's lock (it is compiling); this call waits.
+    Waiting { entry: &'a str },
+    /// The published entry failed verification and is compiled again.
+    Rebuilding { entry: &'a str, why: &'a str },
+    /// A compile of `entry` starts now.
+    Compiling { entry: &'a str },
+    /// The compile of `entry` ended (successfully or not) after `elapsed`.
+    Compiled {
+        entry: &'a str,
+        elapsed: Duration,
+        ok: bool,
+    },
+}
+
+type Callback = dyn Fn(CacheEvent<'_>) + Send + Sync;
+
+/// A cloneable callback receiving [`CacheEvent`]s; [`Progress::none`] drops them.
+#[derive(Clone, Default)]
+pub struct Progress(Option<Arc<Callback>>);
+
+impl Progress {
+    pub fn none() -> Self {
+        Progress(None)
+    }
+
+    pub fn new(f: impl Fn(CacheEvent<'_>) + Send + Sync + 'static) -> Self {
+        Progress(Some(Arc::new(f)))
+    }
+
+    pub(crate) fn report(&self, event: CacheEvent<'_>) {
+        if let Some(f) = &self.0 {
+            f(event)
+        }
+    }
+}
+
+impl fmt::Debug for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Progress(callback)"
+        } else {
+            "Progress(none)"
+        })
+    }
+}

@@ -1,0 +1,226 @@
+//! `phi4mm batch`: every request of a JSON file at once through the real scheduler; one JSON
+//! line per request, in file order: `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use switchyard_phi4mm::backend;
+use switchyard_phi4mm::model::Phi4mm;
+use switchyard_phi4mm::options::AdapterOption;
+use switchyard_phi4mm::request;
+use switchyard_phi4mm::sampling::Logprobs;
+use switchyard_phi4mm::scheduler::{Generation, Job, Outcome, RowSink, SchedulerConfig};
+use switchyard_phi4mm_frontend::prompt::{Message, Prompt, Role};
+
+use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs};
+
+#[derive(Args)]
+pub struct BatchArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long, value_enum, default_value = "host")]
+    pub backend: Backend,
+    /// JSON array of requests (fields of `generate`).
+    #[arg(long)]
+    pub requests: PathBuf,
+    /// Scheduler slots (default: one per request).
+    #[arg(long)]
+    pub slots: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    #[command(flatten)]
+    pub iree: IreeArgs,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestSpec {
+    input_ids: Option<Vec<u32>>,
+    prompt: Option<String>,
+    messages: Option<Vec<Message>>,
+    #[serde(default)]
+    audio: Vec<PathBuf>,
+    #[serde(default)]
+    image: Vec<PathBuf>,
+    /// `auto` (default), `none`, `speech` or `vision`.
+    #[serde(default)]
+    adapter: AdapterOption,
+    #[serde(default = "default_max")]
+    max_new_tokens: usize,
+    #[serde(default)]
+    ignore_eos: bool,
+    /// Report each token's log probability and this many best alternatives.
+    #[serde(default)]
+    logprobs: Option<usize>,
+}
+
+fn default_max() -> usize {
+    64
+}
+
+#[derive(Serialize)]
+struct Line {
+    tokens: Vec<u32>,
+    text: String,
+    prompt_tokens: usize,
+    /// With `logprobs`: per token, its log probability and the best alternatives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<Vec<TokenLine>>,
+}
+
+#[derive(Serialize)]
+struct TokenLine {
+    logprob: f32,
+    /// `[id, logprob]`, best first.
+    top: Vec<(u32, f32)>,
+}
+
+/// What one request produced.
+#[derive(Default)]
+struct Produced {
+    tokens: Vec<u32>,
+    logprobs: Option<Vec<TokenLine>>,
+}
+
+struct Collect {
+    index: usize,
+    produced: Produced,
+    tx: Sender<(usize, Produced, Outcome)>,
+}
+
+impl RowSink for Collect {
+    fn started(&mut self, _: usize) -> bool {
+        true
+    }
+    fn token(&mut self, id: u32, _: &str, logprobs: Option<&Logprobs>) -> bool {
+        self.produced.tokens.push(id);
+        if let Some(l) = logprobs {
+            self.produced
+                .logprobs
+                .get_or_insert_with(Vec::new)
+                .push(TokenLine {
+                    logprob: l.sampled.1,
+                    top: l.top.clone(),
+                });
+        }
+        true
+    }
+    fn done(&mut self, outcome: Outcome) {
+        let _ = self
+            .tx
+            .send((self.index, std::mem::take(&mut self.produced), outcome));
+    }
+}
+
+pub fn run(args: BatchArgs) -> Result<()> {
+    let specs: Vec<RequestSpec> = serde_json::from_slice(
+        &std::fs::read(&args.requests)
+            .with_context(|| format!("reading {}", args.requests.display()))?,
+    )
+    .with_context(|| format!("parsing {}", args.requests.display()))?;
+    let ck = open_checkpoint(&args.model)?;
+    let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    let prompt = if args.model.join("tokenizer.json").exists() {
+        Some(Prompt::load(&args.model)?)
+    } else {
+        None
+    };
+    let media_options = request::MediaOptions::default();
+    let running = backend::start(
+        args.backend.kind(),
+        &args.iree.settings(),
+        &ck,
+        model.clone(),
+        SchedulerConfig {
+            slots: args.slots.unwrap_or(specs.len().max(1)),
+            max_queued: specs.len(),
+            max_queued_tokens: usize::MAX,
+            ..SchedulerConfig::default()
+        },
+        None,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let (sched, media) = (running.scheduler, running.media);
+    let (tx, rx) = channel();
+    let mut prompt_tokens = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let adapter = spec.adapter.choice();
+        let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
+            paths
+                .iter()
+                .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+                .collect()
+        };
+        let (images, audios) = (read(&spec.image)?, read(&spec.audio)?);
+        let input = if let Some(ids) = &spec.input_ids {
+            let im: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+            let au: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
+            request::from_ids(ids.clone(), &im, &au, &media_options, adapter)?
+        } else {
+            let p = prompt
+                .as_ref()
+                .context("the checkpoint has no tokenizer.json")?;
+            let mut messages = match (&spec.prompt, &spec.messages) {
+                (Some(text), _) => vec![Message::text(Role::User, text.clone())],
+                (None, Some(m)) => m.clone(),
+                (None, None) => bail!("request {i}: input_ids, prompt or messages required"),
+            };
+            attach_media(&mut messages, images, audios)?;
+            request::from_messages(&model, p, &messages, &media_options, adapter)?
+        };
+        if spec.max_new_tokens == 0 {
+            bail!("request {i}: max_new_tokens must be at least 1");
+        }
+        prompt_tokens.push(input.input_ids.len());
+        let job = Job {
+            id: i as u64,
+            prompt_tokens: input.input_ids.len(),
+            prepare: media.prepare_fn(input, spec.max_new_tokens),
+            generation: Generation {
+                stop_ids: if spec.ignore_eos {
+                    Vec::new()
+                } else {
+                    model.config.eos_token_ids.clone()
+                },
+                logprobs: spec.logprobs,
+                ..Generation::greedy(spec.max_new_tokens)
+            },
+            sink: Box::new(Collect {
+                index: i,
+                produced: Produced::default(),
+                tx: tx.clone(),
+            }),
+        };
+        sched
+            .submit(job)
+            .map_err(|r| anyhow::anyhow!("request {i} refused: {r:?}"))?;
+    }
+    let mut results: Vec<Option<Produced>> = (0..specs.len()).map(|_| None).collect();
+    for _ in 0..specs.len() {
+        let (i, produced, outcome) = rx.recv()?;
+        if let Outcome::Failed(e) = outcome {
+            bail!("request {i} failed: {e:?}");
+        }
+        results[i] = Some(produced);
+    }
+    sched.shutdown();
+    for (produced, prompt_tokens) in results.into_iter().zip(prompt_tokens) {
+        let Produced { tokens, logprobs } = produced.expect("every request reported");
+        let text = match &prompt {
+            Some(p) => p.tokenizer().decode(&tokens, true).unwrap_or_default(),
+            None => String::new(),
+        };
+        let line = Line {
+            tokens,
+            text,
+            prompt_tokens,
+            logprobs,
+        };
+        println!("{}", serde_json::to_string(&line)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,347 @@
+//! `phi4mm bench-batch`: batched decoding on the benchmark checkpoint, on the host backend and
+//! (with `--backend both` in a build with the `iree` feature) on the IREE backend, side by side in
+//! one run so the ratios are comparable on a noisy machine:
+//! - prefill tokens/s of one prompt;
+//! - decode tokens/s at batch 1 and batch 8 (all rows base);
+//! - a mixed-adapter batch of 8 (base, speech, vision rows) against the base-only batch of 8.
+//!
+//! Every figure is the best of `--rounds` rounds; the configurations alternate inside each round
+//! so a burst of load from another process hits all of them alike.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+use switchyard_phi4mm::checkpoint::Checkpoint;
+use switchyard_phi4mm::model::{argmax, AdapterMode, AudioBranch, AudioInput, ImageInput, Phi4mm};
+use switchyard_phi4mm::request;
+use switchyard_phi4mm::scheduler::{HostBackend, StepBackend, StepRow};
+use switchyard_phi4mm_frontend::audio::AudioOptions;
+
+use crate::generate::IreeArgs;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    Host,
+    Iree,
+    Both,
+}
+
+#[derive(Args)]
+pub struct BenchBatchArgs {
+    /// Checkpoint directory (e.g. one written by `phi4mm bench-checkpoint`).
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long, value_enum, default_value = "host")]
+    backend: Which,
+    /// Worker threads of the host backend (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Decode steps timed per configuration.
+    #[arg(long, default_value_t = 16)]
+    new_tokens: usize,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    #[command(flatten)]
+    iree: IreeArgs,
+}
+
+/// A 30 s 16 kHz clip (a chirp plus noise) as log-mel features, and a 1344×896 image (gradients
+/// plus noise) as crops: the encoder benchmark's inputs, made in memory.
+fn encoder_inputs() -> Result<(AudioInput, ImageInput)> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut wav = std::io::Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut wav, spec)?;
+    let mut seed = 12345u32;
+    for i in 0..30 * 16_000u32 {
+        let t = f64::from(i) / 16_000.0;
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let noise = f64::from(seed >> 16) / 65536.0 - 0.5;
+        let v = 0.3 * (2.0 * std::f64::consts::PI * (200.0 + 100.0 * t) * t).sin() + 0.05 * noise;
+        w.write_sample((v * 32767.0) as i16)?;
+    }
+    w.finalize()?;
+    let audio = request::audio_input(wav.get_ref(), &AudioOptions::default())?;
+    let rgb = ::image::RgbImage::from_fn(1344, 896, |x, y| {
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        ::image::Rgb([(x / 6) as u8, (y / 4) as u8, (seed >> 24) as u8])
+    });
+    let p = switchyard_phi4mm_frontend::image::preprocess_rgb(&rgb, 36)?;
+    let image = ImageInput {
+        crops: p.num_crops(),
+        canvas: [p.image_size.0, p.image_size.1],
+        pixel_values: p.pixel_values,
+        patch_masks: p.attention_mask,
+    };
+    Ok((audio, image))
+}
+
+/// Best wall time of `rounds` runs of `f`, in milliseconds.
+fn best_ms(rounds: usize, mut f: impl FnMut()) -> f64 {
+    (0..rounds.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The mixed batch: base, speech and vision rows interleaved.
+const MIXED: [AdapterMode; 8] = [
+    AdapterMode::None,
+    AdapterMode::Speech,
+    AdapterMode::Vision,
+    AdapterMode::None,
+    AdapterMode::Speech,
+    AdapterMode::Vision,
+    AdapterMode::None,
+    AdapterMode::Speech,
+];
+
+/// Prefills one row per mode, then times `steps` decode steps of all rows together. Returns
+/// (prefill seconds of the first row, decode tokens per second over all rows).
+fn run_batch<B: StepBackend>(
+    b: &B,
+    prompt: &[f32],
+    modes: &[AdapterMode],
+    steps: usize,
+) -> (f64, f64) {
+    let mut states: Vec<B::State> = modes.iter().map(|_| b.new_state()).collect();
+    let mut next = Vec::with_capacity(modes.len());
+    let mut prefill_s = 0.0;
+    for (i, (st, &m)) in states.iter_mut().zip(modes).enumerate() {
+        let t = Instant::now();
+        let logits = b
+            .step(&mut [StepRow {
+                state: st,
+                embeds: prompt,
+                adapter: m,
+            }])
+            .remove(0);
+        if i == 0 {
+            prefill_s = t.elapsed().as_secs_f64();
+        }
+        next.push(argmax(&logits));
+    }
+    let t = Instant::now();
+    for _ in 0..steps {
+        let embeds: Vec<Vec<f32>> = next.iter().map(|&id| b.embed(&[id])).collect();
+        let mut rows: Vec<StepRow<'_, B::State>> = states
+            .iter_mut()
+            .zip(&embeds)
+            .zip(modes)
+            .map(|((st, e), &m)| StepRow {
+                state: st,
+                embeds: e,
+                adapter: m,
+            })
+            .collect();
+        let logits = b.step(&mut rows);
+        next = logits.iter().map(|l| argmax(l)).collect();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    (prefill_s, (steps * modes.len()) as f64 / secs)
+}
+
+/// Best-of-rounds figures of one backend.
+#[derive(Default, Clone, Copy)]
+struct Figures {
+    prefill_tok_s: f64,
+    b1: f64,
+    b8: f64,
+    b8_mixed: f64,
+}
+
+impl Figures {
+    fn merge_best(&mut self, o: Figures) {
+        self.prefill_tok_s = self.prefill_tok_s.max(o.prefill_tok_s);
+        self.b1 = self.b1.max(o.b1);
+        self.b8 = self.b8.max(o.b8);
+        self.b8_mixed = self.b8_mixed.max(o.b8_mixed);
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "prefill_tokens_per_s": self.prefill_tok_s,
+            "decode_tokens_per_s_batch1": self.b1,
+            "decode_tokens_per_s_batch8": self.b8,
+            "decode_tokens_per_s_batch8_mixed_adapters": self.b8_mixed,
+            "batch8_over_batch1": self.b8 / self.b1,
+            // Extra time per step of the mixed batch relative to the base-only batch.
+            "mixed_extra_time": self.b8 / self.b8_mixed - 1.0,
+        })
+    }
+}
+
+fn one_round<B: StepBackend>(b: &B, prompt: &[f32], n: usize, steps: usize) -> Figures {
+    let (p, b1) = run_batch(b, prompt, &[AdapterMode::None], steps);
+    let (_, b8) = run_batch(b, prompt, &[AdapterMode::None; 8], steps);
+    let (_, mixed) = run_batch(b, prompt, &MIXED, steps);
+    Figures {
+        prefill_tok_s: n as f64 / p,
+        b1,
+        b8,
+        b8_mixed: mixed,
+    }
+}
+
+pub fn run(args: BenchBatchArgs) -> Result<()> {
+    let ck = Checkpoint::open(&args.model)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    let ids: Vec<u32> = (0..args.prompt_tokens as u32)
+        .map(|i| (i * 7919 + 13) % 199_000)
+        .collect();
+    let prompt = model.decoder.embed(&ids);
+    let host = HostBackend(model.clone());
+    let (iree, modules) = if args.backend != Which::Host {
+        let (b, m) = load_iree(&ck, model.clone(), &args)?;
+        (Some(b), m)
+    } else {
+        (None, Value::Null)
+    };
+    let mut host_best = Figures::default();
+    let mut iree_best = Figures::default();
+    for _ in 0..args.rounds.max(1) {
+        if args.backend != Which::Iree {
+            let f =
+                model.install(|| one_round(&host, &prompt, args.prompt_tokens, args.new_tokens));
+            host_best.merge_best(f);
+        }
+        if let Some(b) = &iree {
+            iree_best.merge_best(iree_round(b, &prompt, &args));
+        }
+    }
+    // Encoders: a 30 s clip and a 1344×896 image, host and IREE.
+    let (audio, image) = encoder_inputs()?;
+    let mut encoders = json!({
+        "audio_frames": audio.frames, "image_crops": image.crops,
+        "audio_hidden": model.config.audio.hidden_size,
+        "vision_hidden": model.config.vision.hidden_size,
+    });
+    if args.backend != Which::Iree {
+        encoders["host_audio_30s_ms"] = json!(best_ms(args.rounds, || {
+            model.install(|| {
+                model
+                    .audio
+                    .encode(&audio.features, audio.frames, AudioBranch::Speech)
+            });
+        }));
+        encoders["host_vision_1344x896_ms"] = json!(best_ms(args.rounds, || {
+            model.install(|| model.vision.encode(&image));
+        }));
+    }
+    if let Some(b) = &iree {
+        let (a, v) = iree_encoders(b, &audio, &image, args.rounds)?;
+        encoders["iree_audio_30s_ms"] = json!(a);
+        encoders["iree_vision_1344x896_ms"] = json!(v);
+    }
+    let c = &model.config.text;
+    let mut report = json!({
+        "machine": {"cpu": crate::bench::cpu_name(), "host_threads": model.threads()},
+        "config": {"hidden": c.hidden_size, "layers": c.num_layers, "vocab": c.vocab_size,
+                   "speech_lora_r": model.config.speech_lora.map(|l| l.r),
+                   "vision_lora_r": model.config.vision_lora.map(|l| l.r)},
+        "prompt_tokens": args.prompt_tokens,
+        "decode_steps": args.new_tokens,
+        "rounds": args.rounds,
+    });
+    if args.backend != Which::Iree {
+        report["host"] = host_best.json();
+    }
+    report["encoders"] = encoders;
+    if iree.is_some() {
+        report["iree"] = iree_best.json();
+        report["iree_modules"] = modules;
+        if args.backend == Which::Both {
+            report["iree_over_host"] = json!({
+                "prefill": iree_best.prefill_tok_s / host_best.prefill_tok_s,
+                "decode_batch1": iree_best.b1 / host_best.b1,
+                "decode_batch8": iree_best.b8 / host_best.b8,
+            });
+        }
+    }
+    println!("{report}");
+    Ok(())
+}
+
+#[cfg(feature = "iree")]
+type IreeBench = switchyard_phi4mm::iree::backend::IreeBackend;
+#[cfg(not(feature = "iree"))]
+type IreeBench = ();
+
+/// Loads the IREE backend twice on a fresh artifact cache: the first load compiles every module
+/// (cold), the second finds them all in the cache (warm). Returns the warm backend and both
+/// loads' per-module timings.
+#[cfg(feature = "iree")]
+fn load_iree(
+    ck: &Checkpoint,
+    model: Arc<Phi4mm>,
+    args: &BenchBatchArgs,
+) -> Result<(IreeBench, Value)> {
+    let mut s = args.iree.settings();
+    // Enough positions for the prompt and the timed steps; a smaller cache is less to copy.
+    s.context = s.context.min(args.prompt_tokens + args.new_tokens + 8);
+    let fresh = tempfile::tempdir_in(std::env::current_dir()?)?;
+    s.cache_dir = Some(fresh.path().to_path_buf());
+    let cold = IreeBench::load(ck, model.clone(), &s)?;
+    let cold_modules = cold.details()["modules"].clone();
+    drop(cold);
+    let warm = IreeBench::load(ck, model, &s)?;
+    let warm_modules = warm.details()["modules"].clone();
+    Ok((warm, json!({"cold": cold_modules, "warm": warm_modules})))
+}
+
+#[cfg(not(feature = "iree"))]
+fn load_iree(_: &Checkpoint, _: Arc<Phi4mm>, _: &BenchBatchArgs) -> Result<(IreeBench, Value)> {
+    anyhow::bail!("this phi4mm was built without the `iree` feature")
+}
+
+#[cfg(feature = "iree")]
+fn iree_round(b: &IreeBench, prompt: &[f32], args: &BenchBatchArgs) -> Figures {
+    one_round(b, prompt, args.prompt_tokens, args.new_tokens)
+}
+
+#[cfg(not(feature = "iree"))]
+fn iree_round(_: &IreeBench, _: &[f32], _: &BenchBatchArgs) -> Figures {
+    unreachable!("load_iree fails without the feature")
+}
+
+#[cfg(feature = "iree")]
+fn iree_encoders(
+    b: &IreeBench,
+    audio: &AudioInput,
+    image: &ImageInput,
+    rounds: usize,
+) -> Result<(f64, f64)> {
+    let e = b.encoders();
+    e.audio
+        .encode(&audio.features, audio.frames, AudioBranch::Speech)?;
+    e.vision.encode(image)?;
+    Ok((
+        best_ms(rounds, || {
+            e.audio
+                .encode(&audio.features, audio.frames, AudioBranch::Speech)
+                .expect("IREE audio encoder");
+        }),
+        best_ms(rounds, || {
+            e.vision.encode(image).expect("IREE vision tower");
+        }),
+    ))
+}
+
+#[cfg(not(feature = "iree"))]
+fn iree_encoders(_: &IreeBench, _: &AudioInput, _: &ImageInput, _: usize) -> Result<(f64, f64)> {
+    unreachable!("load_iree fails without the feature")
+}

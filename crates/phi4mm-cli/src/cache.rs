@@ -1,0 +1,146 @@
+//! `phi4mm cache ls|verify|gc`: inspect and clean the IREE artifact cache.
+
+use anyhow::bail;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use switchyard_artifact_cache::{ArtifactCache, GcOptions};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: CacheCommand,
+}
+
+#[derive(clap::Args)]
+struct DirArg {
+    /// Cache directory (default: $XDG_CACHE_HOME/switchyard/iree, else ~/.cache/switchyard/iree).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+enum CacheCommand {
+    /// List entries: entry, key, module size, compiler version, creation time.
+    Ls(DirArg),
+    /// Check every entry (strict manifest, module sha256); exits nonzero if any is invalid.
+    Verify(DirArg),
+    /// Remove invalid entries, modules without manifest, unused locks and stale temp files.
+    Gc {
+        #[command(flatten)]
+        dir: DirArg,
+        /// Also remove valid entries published more than this many days ago.
+        #[arg(long)]
+        older_than_days: Option<f64>,
+        /// Also remove valid entries built by any other compiler version.
+        #[arg(long)]
+        keep_compiler_version: Option<String>,
+    },
+}
+
+/// `gc` opens for writing (which also sweeps stale temp files); `ls` and `verify` only look.
+fn open(dir: DirArg, write: bool) -> anyhow::Result<ArtifactCache> {
+    let dir = dir.dir.unwrap_or_else(ArtifactCache::default_dir);
+    if !dir.is_dir() {
+        bail!("no cache directory at {}", dir.display());
+    }
+    Ok(if write {
+        ArtifactCache::open(dir)?
+    } else {
+        ArtifactCache::inspect(dir)?
+    })
+}
+
+fn short(key: &str) -> &str {
+    &key[..16.min(key.len())]
+}
+
+fn age(created_unix: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let s = now.saturating_sub(created_unix);
+    match s {
+        0..120 => format!("{s} s ago"),
+        120..7200 => format!("{} min ago", s / 60),
+        7200..172_800 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86_400),
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        CacheCommand::Ls(dir) => {
+            let cache = open(dir, false)?;
+            let entries = cache.list()?;
+            println!(
+                "{:<28} {:<16} {:>12} {:<20} CREATED",
+                "ENTRY", "KEY", "BYTES", "COMPILER"
+            );
+            for e in &entries {
+                let size = e
+                    .module_size
+                    .map_or_else(|| "-".to_owned(), |s| s.to_string());
+                let (version, created) = match &e.manifest {
+                    Ok(m) => (m.identity.compiler.version.clone(), age(m.created_unix)),
+                    Err(why) => ("?".to_owned(), format!("({why})")),
+                };
+                println!(
+                    "{:<28} {:<16} {:>12} {:<20} {created}",
+                    e.entry,
+                    short(&e.key),
+                    size,
+                    version
+                );
+            }
+            println!("{} entries in {}", entries.len(), cache.dir().display());
+            Ok(())
+        }
+        CacheCommand::Verify(dir) => {
+            let cache = open(dir, false)?;
+            let results = cache.verify()?;
+            let mut bad = 0;
+            for (e, r) in &results {
+                match r {
+                    Ok(()) => println!("ok       {}-{}", e.entry, e.key),
+                    Err(why) => {
+                        bad += 1;
+                        println!("INVALID  {}-{}: {why}", e.entry, e.key);
+                    }
+                }
+            }
+            println!("{} entries, {bad} invalid", results.len());
+            if bad > 0 {
+                bail!("{bad} invalid entries (run `phi4mm cache gc` to remove them)");
+            }
+            Ok(())
+        }
+        CacheCommand::Gc {
+            dir,
+            older_than_days,
+            keep_compiler_version,
+        } => {
+            let cache = open(dir, true)?;
+            let older_than = match older_than_days {
+                Some(d) if !(d >= 0.0 && d.is_finite()) => {
+                    bail!("--older-than-days must be a non-negative number")
+                }
+                Some(d) => Some(Duration::from_secs_f64(d * 86_400.0)),
+                None => None,
+            };
+            let report = cache.gc(&GcOptions {
+                older_than,
+                keep_compiler_version,
+                keep_compiler: None,
+            })?;
+            for (path, why) in &report.removed {
+                println!("removed  {}: {why}", path.display());
+            }
+            for stem in &report.busy {
+                println!("busy     {stem} (in use, left alone)");
+            }
+            println!("{} files removed", report.removed.len());
+            Ok(())
+        }
+    }
+}

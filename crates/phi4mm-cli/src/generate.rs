@@ -1,0 +1,286 @@
+//! `phi4mm generate`: one request through the host or IREE backend, greedy, printed as one JSON line
+//! `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use switchyard_phi4mm::backend;
+use switchyard_phi4mm::checkpoint::Checkpoint;
+use switchyard_phi4mm::config::{BackendKind, IreeSettings};
+#[cfg(feature = "iree")]
+use switchyard_phi4mm::iree::backend::IreeBackend;
+use switchyard_phi4mm::model::{
+    AdapterChoice, AdapterMode, Generation, Phi4mm, PreparedPrompt, PromptInput,
+};
+use switchyard_phi4mm::request;
+use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, Role};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Backend {
+    Host,
+    Iree,
+    Auto,
+}
+
+/// IREE backend options shared by `generate` and `batch`.
+#[derive(Args, Clone, Debug)]
+pub struct IreeArgs {
+    /// Artifact cache directory (default `$XDG_CACHE_HOME/switchyard/iree`).
+    #[arg(long)]
+    pub iree_cache_dir: Option<PathBuf>,
+    /// Positions per row the IREE decoder is compiled for.
+    #[arg(long, default_value_t = 4096)]
+    pub iree_context: usize,
+    /// IREE HAL driver.
+    #[arg(long, default_value = "local-sync")]
+    pub iree_device: String,
+}
+
+impl IreeArgs {
+    pub fn settings(&self) -> IreeSettings {
+        IreeSettings {
+            cache_dir: self.iree_cache_dir.clone(),
+            context: self.iree_context,
+            device: self.iree_device.clone(),
+            ..IreeSettings::default()
+        }
+    }
+}
+
+impl Backend {
+    pub fn kind(self) -> BackendKind {
+        match self {
+            Backend::Host => BackendKind::Host,
+            Backend::Iree => BackendKind::Iree,
+            Backend::Auto => BackendKind::Auto,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AdapterArg {
+    Auto,
+    None,
+    Speech,
+    Vision,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).multiple(false)))]
+pub struct GenerateArgs {
+    /// Checkpoint directory (either layout).
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long, value_enum, default_value = "host")]
+    pub backend: Backend,
+    /// Prompt ids with placeholders already expanded (one id per media row), comma-separated;
+    /// they must agree with the media given.
+    #[arg(long, value_delimiter = ',', num_args = 1.., group = "input")]
+    pub input_ids: Vec<u32>,
+    /// One user message, rendered with the chat template and the generation prompt;
+    /// `<|image_N|>` / `<|audio_N|>` mark where the media go (else they lead the message).
+    #[arg(long, group = "input")]
+    pub prompt: Option<String>,
+    /// JSON file of OpenAI-style messages (`[{"role": ..., "content": ...}]`), rendered with the
+    /// chat template and the generation prompt.
+    #[arg(long, group = "input")]
+    pub messages: Option<PathBuf>,
+    /// Audio clip (WAV, MP3, FLAC, Ogg); repeat for several, bound to placeholders in order.
+    #[arg(long)]
+    pub audio: Vec<PathBuf>,
+    /// Image (PNG, JPEG, WebP, GIF); repeat for several, bound to placeholders in order.
+    #[arg(long)]
+    pub image: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub adapter: AdapterArg,
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+    /// Keep generating through end-of-sequence ids.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Write `logits_first` (f32 [vocab], last prompt position) to this safetensors file.
+    #[arg(long)]
+    pub dump_logits: Option<PathBuf>,
+    /// Worker threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    #[command(flatten)]
+    pub iree: IreeArgs,
+}
+
+/// The one JSON line `generate` prints (fields in this order).
+#[derive(Serialize)]
+struct GenerateOutput {
+    tokens: Vec<u32>,
+    text: String,
+    prompt_tokens: usize,
+}
+
+/// Opens a checkpoint with a progress bar over the weight scan (drawn only on a terminal).
+pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "loading weights {bar:40} {binary_bytes}/{binary_total_bytes} {msg}",
+        )
+        .expect("template"),
+    );
+    let ck = Checkpoint::open_with_progress(dir, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    ck.with_context(|| format!("checkpoint {}", dir.display()))
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    let ck = open_checkpoint(&args.model)?;
+    let model = Phi4mm::load(&ck, args.threads);
+    let adapter = match args.adapter {
+        AdapterArg::Auto => AdapterChoice::Auto,
+        AdapterArg::None => AdapterChoice::Fixed(AdapterMode::None),
+        AdapterArg::Speech => AdapterChoice::Fixed(AdapterMode::Speech),
+        AdapterArg::Vision => AdapterChoice::Fixed(AdapterMode::Vision),
+    };
+    let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
+        paths
+            .iter()
+            .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+            .collect()
+    };
+    let (image_bytes, audio_bytes) = (read(&args.image)?, read(&args.audio)?);
+    let media = request::MediaOptions::default();
+    // The tokenizer is needed for text prompts and to decode the output; a checkpoint without one
+    // (e.g. the benchmark's) still runs from ids.
+    let tokenizer = if args.model.join("tokenizer.json").exists() {
+        Some(Prompt::load(&args.model)?)
+    } else {
+        None
+    };
+    let input = if !args.input_ids.is_empty() {
+        let imgs: Vec<&[u8]> = image_bytes.iter().map(Vec::as_slice).collect();
+        let auds: Vec<&[u8]> = audio_bytes.iter().map(Vec::as_slice).collect();
+        request::from_ids(args.input_ids.clone(), &imgs, &auds, &media, adapter)?
+    } else {
+        let prompt = tokenizer
+            .as_ref()
+            .with_context(|| format!("{} has no tokenizer.json", args.model.display()))?;
+        let mut messages: Vec<Message> = match (&args.prompt, &args.messages) {
+            (Some(text), _) => vec![Message::text(Role::User, text.clone())],
+            (None, Some(path)) => {
+                let bytes =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                serde_json::from_slice(&bytes)
+                    .with_context(|| format!("parsing messages in {}", path.display()))?
+            }
+            (None, None) => unreachable!("clap requires one input"),
+        };
+        attach_media(&mut messages, image_bytes, audio_bytes)?;
+        request::from_messages(&model, prompt, &messages, &media, adapter)?
+    };
+    if args.max_new_tokens == 0 {
+        bail!("--max-new-tokens must be at least 1");
+    }
+    let stop: Vec<u32> = if args.ignore_eos {
+        Vec::new()
+    } else {
+        model.config.eos_token_ids.clone()
+    };
+    let iree = args.iree.settings();
+    let (prepared, out) = match backend::resolve(args.backend.kind(), &iree)
+        .map_err(anyhow::Error::msg)?
+    {
+        BackendKind::Iree => iree_generate(&ck, model, &iree, &input, args.max_new_tokens, &stop)?,
+        _ => {
+            let prepared = model.prepare(&input, args.max_new_tokens)?;
+            let out = model.generate(&prepared, args.max_new_tokens, &stop);
+            (prepared, out)
+        }
+    };
+    if let Some(path) = &args.dump_logits {
+        write_logits(path, &out.logits_first)?;
+    }
+    let text = match &tokenizer {
+        Some(p) => p
+            .tokenizer()
+            .decode(&out.tokens, true)
+            .map_err(|e| anyhow::anyhow!("decoding the output: {e}"))?,
+        None => String::new(),
+    };
+    let line = GenerateOutput {
+        tokens: out.tokens,
+        text,
+        prompt_tokens: prepared.len,
+    };
+    println!("{}", serde_json::to_string(&line)?);
+    Ok(())
+}
+
+/// The media stage and greedy decoding on the IREE backend.
+#[cfg(feature = "iree")]
+fn iree_generate(
+    ck: &Checkpoint,
+    model: Phi4mm,
+    settings: &IreeSettings,
+    input: &PromptInput,
+    max_new_tokens: usize,
+    stop: &[u32],
+) -> Result<(PreparedPrompt, Generation)> {
+    let model = std::sync::Arc::new(model);
+    let iree = IreeBackend::load(ck, model.clone(), settings)?;
+    let prepared = model.prepare_with(input, max_new_tokens, iree.encoders(), iree.context())?;
+    let out = backend::greedy(
+        &iree,
+        &prepared.embeds,
+        prepared.adapter,
+        max_new_tokens,
+        stop,
+    );
+    Ok((prepared, out))
+}
+
+#[cfg(not(feature = "iree"))]
+fn iree_generate(
+    _: &Checkpoint,
+    _: Phi4mm,
+    _: &IreeSettings,
+    _: &PromptInput,
+    _: usize,
+    _: &[u32],
+) -> Result<(PreparedPrompt, Generation)> {
+    unreachable!("backend::resolve refuses iree without the feature")
+}
+
+/// Appends the `--image` / `--audio` files to the last user message as media parts (images
+/// first), where the chat template binds them to placeholders in order of appearance.
+pub fn attach_media(
+    messages: &mut [Message],
+    images: Vec<Vec<u8>>,
+    audios: Vec<Vec<u8>>,
+) -> Result<()> {
+    if images.is_empty() && audios.is_empty() {
+        return Ok(());
+    }
+    let Some(last_user) = messages.iter_mut().rev().find(|m| m.role == Role::User) else {
+        bail!("--image / --audio need a user message to attach to");
+    };
+    last_user
+        .content
+        .extend(images.into_iter().map(|bytes| ContentPart::Image { bytes }));
+    last_user
+        .content
+        .extend(audios.into_iter().map(|bytes| ContentPart::Audio { bytes }));
+    Ok(())
+}
+
+fn write_logits(path: &Path, logits: &[f32]) -> Result<()> {
+    let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![logits.len()], &bytes)?;
+    safetensors::serialize_to_file([("logits_first", view)], None, path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! Sampling-rate handling: SciPy-equal polyphase resampling and the original code's rate rules.
+
+use super::ResampleMode;
+
+/// Which spectrum recipe the prepared waveform goes through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpectrumPath {
+    /// 400-sample windows, hop 160, 512-point FFT (docs/phi4mm-model.md §6.3).
+    Wideband16k,
+    /// The original's 8 kHz "fillzero" path: 200/80/256 and zero upper bins
+    /// (docs/phi4mm-model.md §6.5).
+    FillZero8k,
+}
+
+/// Waveform ready for feature extraction: float32, as the reference casts it before framing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prepared {
+    pub waveform: Vec<f32>,
+    pub path: SpectrumPath,
+}
+
+/// Applies the rate rule of `mode` to a validated clip (8 kHz ≤ `fs` ≤ 384 kHz, finite samples).
+pub fn prepare(samples: &[f64], fs: u32, mode: ResampleMode) -> Prepared {
+    let to_f32 = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+    match mode {
+        ResampleMode::Polyphase => {
+            let waveform = if fs == 16000 {
+                samples.iter().map(|&x| x as f32).collect()
+            } else {
+                let g = gcd(16000, fs as usize);
+                to_f32(resample_poly(samples, 16000 / g, fs as usize / g))
+            };
+            Prepared {
+                waveform,
+                path: SpectrumPath::Wideband16k,
+            }
+        }
+        // processing_phi4mm.py: `if fs > 16000: resample_poly(wav, 1, fs // 16000); fs = 16000`,
+        // `elif 8000 < fs < 16000: resample_poly(wav, 1, fs // 8000); fs = 8000` (always 1/1),
+        // `fs == 8000` is used as is. The integer divisions are the point of this mode.
+        ResampleMode::Reference => {
+            if fs > 16000 {
+                let down = fs as usize / 16000;
+                Prepared {
+                    waveform: to_f32(resample_poly(samples, 1, down)),
+                    path: SpectrumPath::Wideband16k,
+                }
+            } else if fs == 16000 {
+                Prepared {
+                    waveform: samples.iter().map(|&x| x as f32).collect(),
+                    path: SpectrumPath::Wideband16k,
+                }
+            } else {
+                Prepared {
+                    waveform: samples.iter().map(|&x| x as f32).collect(),
+                    path: SpectrumPath::FillZero8k,
+                }
+            }
+        }
+    }
+}
+
+/// Greatest common divisor.
+pub fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `scipy.signal.resample_poly(x, up, down)` with the default window `('kaiser', 5.0)` and
+/// `padtype='constant'` (zeros), computed in float64.
+///
+/// SciPy designs `h = firwin(2·half_len + 1, 1/max_rate, window) · up` with
+/// `half_len = 10·max_rate`, prepends `down − half_len % down` zeros so output samples sit at the
+/// filter centre, runs `upfirdn` and keeps `ceil(n·up/down)` samples after dropping
+/// `(half_len + pre_pad) // down`. Each output is evaluated directly as a polyphase dot product
+/// (only every `up`-th tap meets a real input sample), which is the same sum without the zeros.
+pub fn resample_poly(x: &[f64], up: usize, down: usize) -> Vec<f64> {
+    let g = gcd(up, down);
+    let (up, down) = (up / g, down / g);
+    if (up == 1 && down == 1) || x.is_empty() {
+        return x.to_vec();
+    }
+    let n_in = x.len();
+    let n_out = (n_in * up).div_ceil(down);
+    let max_rate = up.max(down);
+    let half_len = 10 * max_rate;
+    let mut h = firwin_kaiser(2 * half_len + 1, 1.0 / max_rate as f64, 5.0);
+    for v in &mut h {
+        *v *= up as f64;
+    }
+    let pre_pad = down - half_len % down;
+    let pre_remove = (half_len + pre_pad) / down;
+    // Padded filter index k maps to h[k - pre_pad]; post padding only adds zeros.
+    let taps = h.len();
+    let mut y = Vec::with_capacity(n_out);
+    for i in pre_remove..pre_remove + n_out {
+        let m = i * down; // index into the full-rate (upsampled) convolution
+                          // Padded taps k ≡ m (mod up) meet input x[(m − k) / up]; walk k upwards (the order of
+                          // SciPy's sum) while the input index walks downwards, without a division per tap.
+        let mut k = m % up;
+        let mut j = m / up;
+        if j >= n_in {
+            let skip = j - (n_in - 1);
+            k += skip * up;
+            j -= skip;
+        }
+        if k < pre_pad {
+            let skip = (pre_pad - k).div_ceil(up);
+            if skip > j {
+                y.push(0.0);
+                continue;
+            }
+            k += skip * up;
+            j -= skip;
+        }
+        let first = k - pre_pad;
+        let count = if first < taps {
+            (taps - first).div_ceil(up).min(j + 1)
+        } else {
+            0
+        };
+        let acc = h[first..]
+            .iter()
+            .step_by(up)
+            .take(count)
+            .zip(x[..=j].iter().rev())
+            .fold(0.0, |acc, (hk, xj)| acc + hk * xj);
+        y.push(acc);
+    }
+    y
+}
+
+/// `scipy.signal.firwin(numtaps, cutoff, window=('kaiser', beta))`: low-pass, cutoff relative to
+/// Nyquist, scaled to unit gain at DC.
+fn firwin_kaiser(numtaps: usize, cutoff: f64, beta: f64) -> Vec<f64> {
+    let alpha = 0.5 * (numtaps as f64 - 1.0);
+    let i0_beta = bessel_i0(beta);
+    let mut h: Vec<f64> = (0..numtaps)
+        .map(|n| {
+            let m = n as f64 - alpha;
+            let ideal = cutoff * sinc(cutoff * m);
+            let r = (n as f64 - alpha) / alpha;
+            let window = bessel_i0(beta * (1.0 - r * r).max(0.0).sqrt()) / i0_beta;
+            ideal * window
+        })
+        .collect();
+    let sum: f64 = h.iter().sum();
+    for v in &mut h {
+        *v /= sum;
+    }
+    h
+}
+
+/// numpy's `sinc`: sin(πx)/(πx), 1 at 0.
+fn sinc(x: f64) -> f64 {
+    if x == 0.0 {
+        1.0
+    } else {
+        let y = std::f64::consts::PI * x;
+        y.sin() / y
+    }
+}
+
+/// Modified Bessel function of the first kind, order 0, by its power series
+/// Σ ((x/2)^k / k!)²; for the arguments used here (≤ 5) it converges to full double precision
+/// in about 30 terms.
+pub(crate) fn bessel_i0(x: f64) -> f64 {
+    let q = 0.25 * x * x;
+    let mut term = 1.0;
+    let mut sum = 1.0;
+    for k in 1..200 {
+        term *= q / (k as f64 * k as f64);
+        sum += term;
+        if term < sum * 1e-17 {
+            break;
+        }
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bessel_i0_known_values() {
+        // Abramowitz & Stegun table 9.8: I0(1) = 1.266065878, I0(5) = 27.23987182.
+        assert!((bessel_i0(1.0) - 1.2660658777520082).abs() < 1e-14);
+        assert!((bessel_i0(5.0) - 27.239871823604442).abs() < 1e-12);
+    }
+
+    #[test]
+    fn empty_input_gives_empty_output() {
+        assert!(resample_poly(&[], 2, 1).is_empty());
+    }
+
+    #[test]
+    fn identity_ratio_is_a_copy() {
+        let x = [0.1, -0.2, 0.3];
+        assert_eq!(resample_poly(&x, 3, 3), x.to_vec());
+    }
+
+    #[test]
+    fn output_lengths_follow_scipy() {
+        let x = vec![0.0; 13274];
+        assert_eq!(resample_poly(&x, 2, 1).len(), 26548);
+        let x = vec![0.0; 61265];
+        assert_eq!(resample_poly(&x, 160, 441).len(), 22228);
+        assert_eq!(resample_poly(&x, 1, 2).len(), 30633);
+    }
+}

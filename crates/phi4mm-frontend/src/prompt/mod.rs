@@ -1,0 +1,263 @@
+//! Prompt front end (docs/phi4mm-model.md §10, fixture README §11): tokenizer, chat template, media
+//! placeholders and their expansion.
+//!
+//! Flow for one request:
+//! 1. [`Prompt::encode_messages`] renders the Phi-4 chat template over [`Message`]s, binds
+//!    `<|image_N|>` / `<|audio_N|>` placeholders to the media parts in order (inserting them at
+//!    the start of a user turn that has media but none written, images first), refuses reserved
+//!    tokens typed in content and count mismatches, substitutes each placeholder by the image /
+//!    audio placeholder token and tokenizes (one id per medium);
+//! 2. the caller preprocesses the media in [`PromptIds::images`] / [`PromptIds::audios`] order;
+//! 3. [`Prompt::expand`] replaces the k-th placeholder id by its medium's token count.
+
+mod messages;
+mod special;
+mod template;
+mod token_bytes;
+
+pub use messages::{ContentPart, Message, Role};
+pub use special::SpecialTokens;
+
+use std::path::Path;
+use tokenizers::Tokenizer;
+
+/// Everything that can go wrong while building a prompt.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("cannot load {path}: {message}")]
+    Load { path: String, message: String },
+    #[error("tokenizer and config disagree: {0}")]
+    Config(String),
+    #[error("message {message} contains the reserved token {token:?}; special tokens cannot be typed in content")]
+    ReservedToken { message: usize, token: String },
+    #[error("{kind} placeholders and {kind}s do not match: {placeholders} placeholder(s), {media} {kind}(s)")]
+    CountMismatch {
+        kind: &'static str,
+        placeholders: usize,
+        media: usize,
+    },
+    #[error("message {message} ({role}) carries media; images and audio are only accepted in user turns")]
+    MediaOutsideUser { message: usize, role: &'static str },
+    #[error("tokenizer failed: {0}")]
+    Tokenize(String),
+}
+
+/// Token ids of a rendered prompt before expansion, with its media in binding order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PromptIds<'a> {
+    /// One placeholder id per medium.
+    pub ids: Vec<u32>,
+    /// Image bytes in the order their placeholders appear.
+    pub images: Vec<&'a [u8]>,
+    /// Audio bytes in the order their placeholders appear.
+    pub audios: Vec<&'a [u8]>,
+    /// The rendered template with `<|image_N|>` / `<|audio_N|>` (before substitution).
+    pub text: String,
+}
+
+/// Tokenizer plus the special ids of one checkpoint.
+pub struct Prompt {
+    tokenizer: Tokenizer,
+    special: SpecialTokens,
+    /// Special added tokens (`<|end|>`, `<|endoftext11|>`, …) that content may not contain.
+    reserved: Vec<String>,
+}
+
+impl Prompt {
+    /// Loads `tokenizer.json`, `config.json` and (optionally) `tokenizer_config.json` from a
+    /// checkpoint directory of either layout.
+    pub fn load(model_dir: &Path) -> Result<Self, PromptError> {
+        let path = model_dir.join("tokenizer.json");
+        let tokenizer = Tokenizer::from_file(&path).map_err(|e| PromptError::Load {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let special = SpecialTokens::load(model_dir)?;
+        Self::new(tokenizer, special)
+    }
+
+    /// Builds from an already loaded tokenizer; checks that the tokenizer's placeholder tokens
+    /// carry the ids the config names.
+    pub fn new(tokenizer: Tokenizer, special: SpecialTokens) -> Result<Self, PromptError> {
+        for (token, id) in [
+            (special::IMAGE_TOKEN, special.image),
+            (special::AUDIO_TOKEN, special.audio),
+        ] {
+            match tokenizer.token_to_id(token) {
+                Some(found) if found == id => {}
+                found => {
+                    return Err(PromptError::Config(format!(
+                        "{token} is id {found:?} in tokenizer.json but {id} in config.json"
+                    )))
+                }
+            }
+        }
+        let mut reserved: Vec<String> = tokenizer
+            .get_added_tokens_decoder()
+            .values()
+            // Special tokens, and any `<|…|>` added token even if not flagged special: typed in
+            // content they would forge turns or placeholders.
+            .filter(|t| t.special || (t.content.starts_with("<|") && t.content.ends_with("|>")))
+            .map(|t| t.content.clone())
+            .collect();
+        reserved.sort();
+        Ok(Self {
+            tokenizer,
+            special,
+            reserved,
+        })
+    }
+
+    /// The special ids in use.
+    pub fn special(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// The underlying tokenizer (for decoding generated ids).
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The raw bytes of one token (it may hold part of a UTF-8 character).
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        token_bytes::token_bytes(&self.tokenizer, id)
+    }
+
+    /// Tokenizes raw prompt text: placeholders substituted, special tokens in the text honoured
+    /// (this is the developer path: `phi4mm tokenize --text`; chat content goes through
+    /// [`Prompt::encode_messages`], which refuses typed special tokens).
+    pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, PromptError> {
+        let (substituted, _, _) = template::substitute_placeholders(text);
+        self.tokenize(&substituted)
+    }
+
+    /// Renders, binds, validates and tokenizes a chat (see the module docs).
+    pub fn encode_messages<'a>(
+        &self,
+        messages: &'a [Message],
+        add_generation_prompt: bool,
+    ) -> Result<PromptIds<'a>, PromptError> {
+        self.check_reserved(messages)?;
+        let bound =
+            template::bind_and_render(messages, add_generation_prompt, &self.special.eos_token)?;
+        let (substituted, n_images, n_audios) = template::substitute_placeholders(&bound.text);
+        for (kind, placeholders, media) in [
+            ("image", n_images, bound.images.len()),
+            ("audio", n_audios, bound.audios.len()),
+        ] {
+            if placeholders != media {
+                return Err(PromptError::CountMismatch {
+                    kind,
+                    placeholders,
+                    media,
+                });
+            }
+        }
+        let ids = self.tokenize(&substituted)?;
+        Ok(PromptIds {
+            ids,
+            images: bound.images,
+            audios: bound.audios,
+            text: bound.text,
+        })
+    }
+
+    /// Renders and tokenizes a chat without binding media (for tools such as
+    /// `phi4mm tokenize --messages`): reserved tokens are still refused, placeholders are
+    /// substituted by one id each, and their number is not checked against media parts.
+    pub fn tokenize_messages(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<(String, Vec<u32>), PromptError> {
+        self.check_reserved(messages)?;
+        let bound =
+            template::bind_and_render(messages, add_generation_prompt, &self.special.eos_token)?;
+        let (substituted, _, _) = template::substitute_placeholders(&bound.text);
+        Ok((bound.text, self.tokenize(&substituted)?))
+    }
+
+    /// Replaces the k-th image placeholder id by `image_tokens[k]` copies and the k-th audio
+    /// placeholder id by `audio_tokens[k]` copies.
+    pub fn expand(
+        &self,
+        ids: &[u32],
+        image_tokens: &[usize],
+        audio_tokens: &[usize],
+    ) -> Result<Vec<u32>, PromptError> {
+        expand(
+            ids,
+            self.special.image,
+            image_tokens,
+            self.special.audio,
+            audio_tokens,
+        )
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<u32>, PromptError> {
+        let encoding = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| PromptError::Tokenize(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    fn check_reserved(&self, messages: &[Message]) -> Result<(), PromptError> {
+        for (index, message) in messages.iter().enumerate() {
+            for part in &message.content {
+                if let ContentPart::Text { text } = part {
+                    if let Some(token) = self.reserved.iter().find(|t| text.contains(t.as_str())) {
+                        return Err(PromptError::ReservedToken {
+                            message: index,
+                            token: token.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Placeholder expansion on ids (free function so it can be used without a tokenizer).
+pub fn expand(
+    ids: &[u32],
+    image_id: u32,
+    image_tokens: &[usize],
+    audio_id: u32,
+    audio_tokens: &[usize],
+) -> Result<Vec<u32>, PromptError> {
+    let n_images = ids.iter().filter(|&&id| id == image_id).count();
+    let n_audios = ids.iter().filter(|&&id| id == audio_id).count();
+    if n_images != image_tokens.len() {
+        return Err(PromptError::CountMismatch {
+            kind: "image",
+            placeholders: n_images,
+            media: image_tokens.len(),
+        });
+    }
+    if n_audios != audio_tokens.len() {
+        return Err(PromptError::CountMismatch {
+            kind: "audio",
+            placeholders: n_audios,
+            media: audio_tokens.len(),
+        });
+    }
+    let total = ids.len() - n_images - n_audios
+        + image_tokens.iter().sum::<usize>()
+        + audio_tokens.iter().sum::<usize>();
+    let mut out = Vec::with_capacity(total);
+    let (mut next_image, mut next_audio) = (image_tokens.iter(), audio_tokens.iter());
+    for &id in ids {
+        if id == image_id {
+            let n = *next_image.next().expect("counted above");
+            out.extend(std::iter::repeat_n(id, n));
+        } else if id == audio_id {
+            let n = *next_audio.next().expect("counted above");
+            out.extend(std::iter::repeat_n(id, n));
+        } else {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,139 @@
+//! Audio front end against the phi4mm-tiny fixture (`audio_features.safetensors`, manifest
+//! `audio_features.cases`), plus the reference-mode quirks of docs/phi4mm-model.md §6.2.
+
+use switchyard_fixtures::{max_abs_diff, Tensors};
+use switchyard_phi4mm_frontend::audio::{self, AudioOptions, ResampleMode};
+
+const TOL: f32 = 1e-4;
+
+fn check_case(case: &str, mode: ResampleMode) {
+    let manifest = switchyard_fixtures::manifest();
+    let entry = &manifest["audio_features"]["cases"][case];
+    let wav = switchyard_fixtures::read(entry["wav"].as_str().unwrap());
+    let options = AudioOptions {
+        resample: mode,
+        ..AudioOptions::default()
+    };
+    let got = audio::features_from_bytes(&wav, &options).unwrap_or_else(|e| panic!("{case}: {e}"));
+    let tensors = Tensors::open("audio_features.safetensors");
+    let (want, shape) = tensors.f32(&format!("{case}.input_audio_embeds"));
+    let (sizes, _) = tensors.i64(&format!("{case}.audio_embed_sizes"));
+    assert_eq!(shape, vec![1, got.frames, 80], "{case}: frames");
+    assert_eq!(
+        got.frames as u64,
+        entry["num_frames"].as_u64().unwrap(),
+        "{case}: manifest frames"
+    );
+    assert_eq!(got.num_tokens as i64, sizes[0], "{case}: audio tokens");
+    let diff = max_abs_diff(&got.features, &want);
+    eprintln!(
+        "{case}: frames {} tokens {} max abs diff {diff:e}",
+        got.frames, got.num_tokens
+    );
+    assert!(diff <= TOL, "{case}: max abs diff {diff} > {TOL}");
+}
+
+#[test]
+fn audio_16k_polyphase() {
+    check_case("audio_16k", ResampleMode::Polyphase);
+}
+
+#[test]
+fn audio_16k_reference_mode_is_the_same() {
+    check_case("audio_16k", ResampleMode::Reference);
+}
+
+#[test]
+fn audio_8k_polyphase() {
+    check_case("audio_8k", ResampleMode::Polyphase);
+}
+
+#[test]
+fn audio_44k_polyphase() {
+    check_case("audio_44k", ResampleMode::Polyphase);
+}
+
+#[test]
+fn audio_long_16k() {
+    check_case("audio_long_16k", ResampleMode::Polyphase);
+}
+
+#[test]
+fn audio_44k_reference() {
+    check_case("audio_44k_reference", ResampleMode::Reference);
+}
+
+#[test]
+fn audio_8k_reference() {
+    check_case("audio_8k_reference", ResampleMode::Reference);
+}
+
+/// The resampled waveforms themselves (`waveform_16k`, `waveform_effective`) match SciPy.
+#[test]
+fn resampled_waveforms_match_scipy() {
+    let tensors = Tensors::open("audio_features.safetensors");
+    for (case, wav, up, down) in [
+        ("audio_8k.waveform_16k", "inputs/audio_8k.wav", 2, 1),
+        ("audio_44k.waveform_16k", "inputs/audio_44k.wav", 160, 441),
+        (
+            "audio_44k_reference.waveform_effective",
+            "inputs/audio_44k.wav",
+            1,
+            2,
+        ),
+    ] {
+        let decoded = audio::decode::decode(&switchyard_fixtures::read(wav), 1e9).unwrap();
+        let got: Vec<f32> = audio::resample::resample_poly(&decoded.samples, up, down)
+            .into_iter()
+            .map(|x| x as f32)
+            .collect();
+        let (want, _) = tensors.f32(case);
+        let diff = max_abs_diff(&got, &want);
+        eprintln!("{case}: max abs diff {diff:e}");
+        assert!(diff <= 1e-6, "{case}: {diff}");
+    }
+}
+
+#[test]
+fn mel_bank_equals_fixture_bit_for_bit() {
+    let (want, shape) = Tensors::open("audio_features.safetensors").f32("mel_filters");
+    assert_eq!(shape, vec![257, 80]);
+    assert_eq!(audio::mel::bank().weights, want);
+}
+
+/// docs/phi4mm-model.md §6.2: 24 kHz → `fs // 16000 = 1`, no resampling, relabelled 16 kHz:
+/// 24,000 samples give (24000 − 400) // 160 + 1 = 148 frames.
+#[test]
+fn reference_mode_24khz_quirk_gives_148_frames() {
+    let samples: Vec<f64> = (0..24_000).map(|i| (i as f64 * 0.01).sin() * 0.1).collect();
+    let options = AudioOptions {
+        resample: ResampleMode::Reference,
+        ..AudioOptions::default()
+    };
+    let got = audio::features_from_samples(&samples, 24_000, &options).unwrap();
+    assert_eq!(got.frames, 148);
+    assert_eq!(got.num_tokens, 19);
+    // The polyphase mode resamples properly: 16,000 samples → 98 frames.
+    let proper = audio::features_from_samples(&samples, 24_000, &AudioOptions::default()).unwrap();
+    assert_eq!(proper.frames, 98);
+}
+
+/// docs/phi4mm-model.md §6.6 worked examples: frames and tokens for 16 kHz lengths.
+#[test]
+fn token_counts_of_section_4_5() {
+    for (samples, frames, tokens) in [
+        (56_400, 351, 44),
+        (56_559, 351, 44),
+        (16_000, 98, 13),
+        (160_000, 998, 125),
+        (480_000, 2998, 375),
+    ] {
+        let x = vec![0.0; samples];
+        let got = audio::features_from_samples(&x, 16_000, &AudioOptions::default()).unwrap();
+        assert_eq!(
+            (got.frames, got.num_tokens),
+            (frames, tokens),
+            "{samples} samples"
+        );
+    }
+}

@@ -1,0 +1,225 @@
+//! The plugin's settings (`[models.settings]` of a `phi4mm` model in the host's TOML).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use frontend::audio::ResampleMode;
+use frontend::limits::Limits;
+
+/// The official ASR instruction (docs/phi4mm-model.md §10.3 and the test vector of §13).
+pub const DEFAULT_TRANSCRIPTION_INSTRUCTION: &str = "Transcribe the audio exactly.";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The pure-Rust CPU backend.
+    #[default]
+    Host,
+    /// IREE-compiled modules (needs a build with the `iree` feature and the IREE compiler).
+    Iree,
+    /// IREE when this build has it and the compiler loads, else the host backend.
+    Auto,
+}
+
+/// `[models.settings.iree]`: how the IREE backend compiles, caches and runs its modules.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IreeSettings {
+    /// HAL driver: `local-sync` (best on few cores), `local-task`, `cuda` where built.
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// Artifact cache directory; default `$XDG_CACHE_HOME/switchyard/iree` (else
+    /// `~/.cache/switchyard/iree`).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// LLVM CPU the modules are compiled for; `host` is this machine's (part of the cache
+    /// identity: a module built for `host` may not run on another CPU).
+    #[serde(default = "default_target_cpu")]
+    pub target_cpu: String,
+    /// Positions per row (prompt + generated tokens) the decoder is compiled for.
+    #[serde(default = "default_iree_context")]
+    pub context: usize,
+    /// Prompt tokens per compiled prefill call.
+    #[serde(default = "default_iree_prefill_chunk")]
+    pub prefill_chunk: usize,
+    /// The compiler library (`libIREECompiler.so`); default `$PHI4MM_IREE_COMPILER`, else the
+    /// iree-base-compiler of the active Python.
+    #[serde(default)]
+    pub compiler: Option<PathBuf>,
+}
+
+impl Default for IreeSettings {
+    fn default() -> Self {
+        IreeSettings {
+            device: default_device(),
+            cache_dir: None,
+            target_cpu: default_target_cpu(),
+            context: default_iree_context(),
+            prefill_chunk: default_iree_prefill_chunk(),
+            compiler: None,
+        }
+    }
+}
+
+fn default_device() -> String {
+    "local-sync".into()
+}
+fn default_target_cpu() -> String {
+    "host".into()
+}
+fn default_iree_context() -> usize {
+    4096
+}
+fn default_iree_prefill_chunk() -> usize {
+    64
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phi4mmSettings {
+    /// Checkpoint directory (either layout). Relative to the host's config file (see
+    /// [`Phi4mmSettings::resolve_paths`]).
+    pub checkpoint: PathBuf,
+    #[serde(default)]
+    pub backend: BackendKind,
+    /// IREE backend options (used when `backend` is `iree` or `auto`).
+    #[serde(default)]
+    pub iree: IreeSettings,
+    /// Rows decoded together.
+    #[serde(default = "default_slots")]
+    pub slots: usize,
+    /// Decoder threads; default the host's `thread_budget`.
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Media pool threads (decoding, preprocessing, encoders); default a quarter of the decoder
+    /// threads, at least one.
+    #[serde(default)]
+    pub media_threads: Option<usize>,
+    /// Requests admitted beyond the free slots; more are refused (HTTP 429).
+    #[serde(default = "default_max_queued")]
+    pub max_queued: usize,
+    /// Prompt tokens of all waiting requests together.
+    #[serde(default = "default_max_queued_tokens")]
+    pub max_queued_tokens: usize,
+    /// Prompt tokens prefilled per decoder step (bounds the stall a long prompt causes).
+    #[serde(default = "default_prefill_chunk")]
+    pub prefill_chunk: usize,
+    /// `max_tokens` when a request gives none.
+    #[serde(default = "default_max_tokens")]
+    pub default_max_tokens: usize,
+    /// Media limits (counts, sizes, durations).
+    #[serde(default)]
+    pub limits: Limits,
+    /// How clips that are not 16 kHz are brought to 16 kHz.
+    #[serde(default)]
+    pub resample: ResampleMode,
+    /// The user turn of a transcription request, after the audio placeholder.
+    #[serde(default = "default_instruction")]
+    pub transcription_instruction: String,
+}
+
+fn default_slots() -> usize {
+    4
+}
+fn default_max_queued() -> usize {
+    16
+}
+fn default_max_queued_tokens() -> usize {
+    65_536
+}
+fn default_prefill_chunk() -> usize {
+    512
+}
+fn default_max_tokens() -> usize {
+    256
+}
+fn default_instruction() -> String {
+    DEFAULT_TRANSCRIPTION_INSTRUCTION.into()
+}
+
+impl Phi4mmSettings {
+    /// Resolves the paths of the settings (`checkpoint`, `iree.cache_dir`, `iree.compiler`)
+    /// with `resolve`; the plugin passes `HostServices::resolve_path`, so relative paths mean
+    /// relative to the host's config file, as the host's own plugin paths do.
+    pub fn resolve_paths(&mut self, resolve: impl Fn(&Path) -> PathBuf) {
+        self.checkpoint = resolve(&self.checkpoint);
+        for p in [&mut self.iree.cache_dir, &mut self.iree.compiler]
+            .into_iter()
+            .flatten()
+        {
+            *p = resolve(p);
+        }
+    }
+
+    /// Refuses values the plugin cannot serve with.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.slots == 0 {
+            return Err("slots must be at least 1".into());
+        }
+        if self.threads == Some(0) || self.media_threads == Some(0) {
+            return Err("threads and media_threads must be at least 1 when set".into());
+        }
+        if self.prefill_chunk == 0 || self.default_max_tokens == 0 {
+            return Err("prefill_chunk and default_max_tokens must be at least 1".into());
+        }
+        if self.iree.prefill_chunk == 0 || self.iree.context == 0 {
+            return Err("iree.context and iree.prefill_chunk must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_unknown_fields() {
+        let s: Phi4mmSettings = toml_like(r#"{"checkpoint": "m"}"#).unwrap();
+        assert_eq!(s.slots, 4);
+        assert_eq!(s.backend, BackendKind::Host);
+        assert_eq!(
+            s.transcription_instruction,
+            DEFAULT_TRANSCRIPTION_INSTRUCTION
+        );
+        assert!(toml_like(r#"{"checkpoint": "m", "slot": 2}"#).is_err());
+        assert!(toml_like(r#"{"checkpoint": "m", "backend": "mlx"}"#).is_err());
+        let s = toml_like(r#"{"checkpoint": "m", "backend": "iree", "iree": {"context": 8192}}"#)
+            .unwrap();
+        assert_eq!(s.backend, BackendKind::Iree);
+        assert_eq!(
+            (s.iree.context, s.iree.device.as_str()),
+            (8192, "local-sync")
+        );
+        assert!(toml_like(r#"{"checkpoint": "m", "iree": {"contxt": 1}}"#).is_err());
+        let s: Phi4mmSettings =
+            toml_like(r#"{"checkpoint": "m", "slots": 0, "resample": "reference"}"#).unwrap();
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_given_base() {
+        let mut s = toml_like(
+            r#"{"checkpoint": "ckpt", "iree": {"cache_dir": "/abs/cache", "compiler": "lib/c.so"}}"#,
+        )
+        .unwrap();
+        s.resolve_paths(|p| {
+            if p.is_relative() {
+                Path::new("/etc/sy").join(p)
+            } else {
+                p.to_path_buf()
+            }
+        });
+        assert_eq!(s.checkpoint, Path::new("/etc/sy/ckpt"));
+        assert_eq!(s.iree.cache_dir.as_deref(), Some(Path::new("/abs/cache")));
+        assert_eq!(
+            s.iree.compiler.as_deref(),
+            Some(Path::new("/etc/sy/lib/c.so"))
+        );
+    }
+
+    fn toml_like(json: &str) -> Result<Phi4mmSettings, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+}

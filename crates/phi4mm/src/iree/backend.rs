@@ -1,0 +1,148 @@
+//! The IREE backend as the scheduler and the plugin see it: the compiled decoder behind
+//! [`StepBackend`], the compiled encoders behind the media stage, and the host model for what is
+//! not compute (validation, token embeddings, the placeholder merge).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+
+use crate::checkpoint::Checkpoint;
+use crate::config::IreeSettings;
+use crate::model::{
+    AudioBranch, AudioEncoding, ImageEncoding, ImageInput, MediaEncoders, Phi4mm, PromptInput,
+};
+use crate::scheduler::{MediaStage, PrepareFn, Prepared, RowError, StepBackend, StepRow};
+use artifact_cache::ArtifactCache;
+
+use super::audio::IreeAudio;
+use super::compiler::IreeCompiler;
+use super::context::IreeContext;
+use super::decoder::{IreeDecoder, IreeSequence};
+use super::vision::IreeVision;
+
+pub struct IreeBackend {
+    host: Arc<Phi4mm>,
+    decoder: IreeDecoder,
+    encoders: Arc<IreeEncoders>,
+    ctx: Arc<IreeContext>,
+}
+
+/// The compiled vision tower and audio encoder, each on its own runtime thread.
+pub struct IreeEncoders {
+    pub vision: IreeVision,
+    pub audio: IreeAudio,
+}
+
+impl MediaEncoders for IreeEncoders {
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String> {
+        self.vision.encode(image).map_err(|e| format!("{e:#}"))
+    }
+
+    fn encode_audio(
+        &self,
+        features: &[f32],
+        frames: usize,
+        branch: AudioBranch,
+    ) -> Result<AudioEncoding, String> {
+        self.audio
+            .encode(features, frames, branch)
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
+impl IreeBackend {
+    /// Compiles (or loads from the artifact cache) every module and uploads the weights.
+    pub fn load(ck: &Checkpoint, host: Arc<Phi4mm>, settings: &IreeSettings) -> Result<Self> {
+        let dir: PathBuf = settings
+            .cache_dir
+            .clone()
+            .unwrap_or_else(ArtifactCache::default_dir);
+        let cache = ArtifactCache::open(&dir)
+            .with_context(|| format!("IREE artifact cache {}", dir.display()))?
+            .with_progress(super::progress::terminal());
+        let compiler = IreeCompiler::new(settings.compiler.as_deref(), &settings.target_cpu)
+            .map_err(anyhow::Error::msg)?;
+        let ctx = Arc::new(IreeContext::new(
+            Arc::new(cache),
+            compiler,
+            &settings.device,
+        )?);
+        let decoder = IreeDecoder::load(
+            ck,
+            &ctx,
+            settings.context + settings.prefill_chunk,
+            settings.prefill_chunk,
+        )?;
+        let encoders = Arc::new(IreeEncoders {
+            vision: IreeVision::load(ck, &ctx)?,
+            audio: IreeAudio::load(ck, &ctx)?,
+        });
+        Ok(IreeBackend {
+            host,
+            decoder,
+            encoders,
+            ctx,
+        })
+    }
+
+    pub fn encoders(&self) -> &IreeEncoders {
+        &self.encoders
+    }
+
+    /// Longest prompt + new tokens a row can hold.
+    pub fn context(&self) -> usize {
+        self.decoder.context()
+    }
+
+    /// Device and artifact-cache facts for `/admin/status`.
+    pub fn details(&self) -> serde_json::Value {
+        let entries = self.ctx.cache.list().map(|l| l.len()).unwrap_or(0);
+        serde_json::json!({
+            "backend": "iree",
+            "device": self.ctx.device,
+            "context": self.decoder.context(),
+            "cache": {
+                "dir": self.ctx.cache.dir().display().to_string(),
+                "entries": entries,
+                "compiles_this_process": self.ctx.cache.compiles(),
+            },
+            "modules": self.ctx.module_timings(),
+        })
+    }
+}
+
+impl StepBackend for IreeBackend {
+    type State = IreeSequence;
+
+    fn new_state(&self) -> IreeSequence {
+        self.decoder.new_state()
+    }
+
+    fn embed(&self, ids: &[u32]) -> Vec<f32> {
+        self.decoder.embed(ids)
+    }
+
+    fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {
+        self.decoder.step(rows)
+    }
+}
+
+impl MediaStage for IreeBackend {
+    fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn {
+        let host = self.host.clone();
+        let encoders = self.encoders.clone();
+        let context = self.decoder.context();
+        Box::new(move || {
+            let p = host
+                .prepare_with(&input, max_new_tokens, &*encoders, context)
+                .map_err(|e| RowError::Invalid(e.to_string()))?;
+            Ok(Prepared {
+                prompt_tokens: p.len,
+                embeds: p.embeds,
+                adapter: p.adapter,
+                audio_branch: (!input.audios.is_empty()).then_some(p.audio_branch),
+            })
+        })
+    }
+}

@@ -1,0 +1,137 @@
+//! The IREE compiler, in-process through eerie (`libIREECompiler.so` from iree-base-compiler).
+//!
+//! eerie can load one compiler library per process, ever (IREE's global shutdown cannot be
+//! undone). The loaded library is therefore a process-wide handle ([`IreeCompiler::library`]);
+//! an [`IreeCompiler`] value is that handle plus a target setting, cheap to create in any number.
+
+use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIdentity};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// Environment variable naming the compiler library (set by `scripts/iree-env.sh`).
+pub const COMPILER_ENV: &str = "PHI4MM_IREE_COMPILER";
+
+/// The compiler library loaded in this process.
+#[derive(Debug)]
+pub struct CompilerLibrary {
+    compiler: eerie::compiler::Compiler,
+    path: PathBuf,
+    version: String,
+}
+
+impl CompilerLibrary {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The compiler's revision string, e.g. `3.13.0rc20261016`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+}
+
+static LIBRARY: OnceLock<CompilerLibrary> = OnceLock::new();
+static LOADING: Mutex<()> = Mutex::new(());
+
+/// Where to find the compiler library, in order of preference.
+fn locate(explicit: Option<&Path>) -> Option<PathBuf> {
+    explicit
+        .map(Path::to_owned)
+        .or_else(|| std::env::var_os(COMPILER_ENV).map(PathBuf::from))
+}
+
+/// A compiler for one target: the process's compiler library plus the flags for a CPU.
+#[derive(Debug, Clone)]
+pub struct IreeCompiler {
+    library: &'static CompilerLibrary,
+    target_cpu: String,
+    flags: Vec<String>,
+}
+
+impl IreeCompiler {
+    /// Loads (once per process) the compiler library: `library` if given, else
+    /// `$PHI4MM_IREE_COMPILER`, else eerie's discovery through the active Python's
+    /// iree-base-compiler. Asking for a different library after one is loaded is an error.
+    pub fn library(library: Option<&Path>) -> Result<&'static CompilerLibrary, String> {
+        let requested = locate(library);
+        let _guard = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(loaded) = LIBRARY.get() {
+            if let Some(req) = &requested {
+                let req = req
+                    .canonicalize()
+                    .map_err(|e| format!("IREE compiler library {}: {e}", req.display()))?;
+                let loaded_path = loaded.path.canonicalize().unwrap_or(loaded.path.clone());
+                if req != loaded_path {
+                    return Err(format!(
+                        "IREE compiler {} is already loaded in this process; cannot also load {}",
+                        loaded.path.display(),
+                        req.display()
+                    ));
+                }
+            }
+            return Ok(loaded);
+        }
+        let compiler = match &requested {
+            Some(p) => eerie::compiler::Compiler::with_library(p),
+            None => eerie::compiler::Compiler::new(),
+        }
+        .map_err(|e| format!("loading the IREE compiler: {e}"))?;
+        let version = compiler
+            .get_revision()
+            .map_err(|e| format!("IREE compiler revision: {e}"))?;
+        let path = compiler.library_path().to_owned();
+        Ok(LIBRARY.get_or_init(|| CompilerLibrary {
+            compiler,
+            path,
+            version,
+        }))
+    }
+
+    /// A compiler for the local llvm-cpu backend and `target_cpu` (`host`, `generic`, or an
+    /// LLVM CPU name such as `znver4`).
+    pub fn new(library: Option<&Path>, target_cpu: &str) -> Result<Self, String> {
+        let library = Self::library(library)?;
+        Ok(IreeCompiler {
+            library,
+            target_cpu: target_cpu.to_owned(),
+            flags: vec![
+                "--iree-hal-target-device=local".into(),
+                "--iree-hal-local-target-device-backends=llvm-cpu".into(),
+                format!("--iree-llvmcpu-target-cpu={target_cpu}"),
+            ],
+        })
+    }
+
+    /// The same compiler with `extra` flags appended (they are part of the cache identity).
+    pub fn with_extra_flags(mut self, extra: impl IntoIterator<Item = String>) -> Self {
+        self.flags.extend(extra);
+        self
+    }
+
+    pub fn flags(&self) -> &[String] {
+        &self.flags
+    }
+
+    pub fn library_info(&self) -> &'static CompilerLibrary {
+        self.library
+    }
+
+    /// The compiler identity recorded in the cache: library sha256 (memoized in the cache dir),
+    /// version, flags, and the resolved target CPU.
+    pub fn identity(&self, cache: &ArtifactCache) -> Result<CompilerIdentity, CacheError> {
+        Ok(CompilerIdentity {
+            library_sha256: cache.file_sha256(&self.library.path)?,
+            version: self.library.version.clone(),
+            flags: self.flags.clone(),
+            target_cpu: resolve_target_cpu(&self.target_cpu),
+        })
+    }
+
+    /// Compiles MLIR text to a VM flatbuffer module.
+    pub fn compile(&self, mlir: &str) -> Result<Vec<u8>, String> {
+        self.library
+            .compiler
+            .compile_str(mlir, &self.flags)
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,102 @@
+//! What every IREE component shares: the compiler, the artifact cache and the device to run on.
+//! Every module goes through [`IreeContext::module_bytes`], so every module is cached and verified
+//! the same way, the decoder included.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use eerie::runtime::{DeviceSpec, Runtime};
+
+use artifact_cache::{ArtifactCache, CompilerIdentity, ModuleRequest};
+
+use super::compiler::IreeCompiler;
+use super::weights::Weights;
+
+pub struct IreeContext {
+    pub cache: Arc<ArtifactCache>,
+    pub compiler: IreeCompiler,
+    identity: CompilerIdentity,
+    /// HAL driver: `local-sync` (default), `local-task`, `cuda` where built.
+    pub device: String,
+    modules: Mutex<Vec<ModuleTiming>>,
+}
+
+/// How one module was obtained: compiled now (cold) or loaded and verified from the cache.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModuleTiming {
+    pub entry: String,
+    pub compiled: bool,
+    pub seconds: f64,
+    pub bytes: usize,
+}
+
+impl IreeContext {
+    /// Hashes the compiler library once (memoized in the cache directory) for every module.
+    pub fn new(cache: Arc<ArtifactCache>, compiler: IreeCompiler, device: &str) -> Result<Self> {
+        let identity = compiler.identity(&cache)?;
+        Ok(IreeContext {
+            cache,
+            compiler,
+            identity,
+            device: device.to_string(),
+            modules: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The compiled module for `entry`, from the cache or compiled now.
+    pub fn module_bytes(
+        &self,
+        entry: &str,
+        config_identity: &str,
+        mlir: &str,
+        weights: &Weights,
+    ) -> Result<Vec<u8>> {
+        let req = ModuleRequest {
+            entry,
+            config_identity,
+            mlir,
+            weights: &weights.specs,
+        };
+        let t = Instant::now();
+        let loaded = self
+            .cache
+            .load_or_compile(&req, &self.identity, |src| self.compiler.compile(src))
+            .with_context(|| format!("IREE module `{entry}`"))?;
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ModuleTiming {
+                entry: entry.to_string(),
+                compiled: loaded.compiled,
+                seconds: t.elapsed().as_secs_f64(),
+                bytes: loaded.bytes.len(),
+            });
+        Ok(loaded.bytes)
+    }
+
+    /// Every module this context obtained, in order, with how long it took.
+    pub fn module_timings(&self) -> Vec<ModuleTiming> {
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A runtime on this context's device (call on the thread that will own it).
+    pub fn runtime(device: &str) -> Result<Runtime> {
+        Runtime::new(DeviceSpec::custom(device.to_string()))
+            .map_err(|e| anyhow::anyhow!("IREE device `{device}`: {e}"))
+    }
+}
+
+/// eerie's errors hold raw IREE status pointers (not `Send`); this turns them into messages.
+pub trait IreeResult<T> {
+    fn iree(self, what: &str) -> Result<T>;
+}
+
+impl<T> IreeResult<T> for std::result::Result<T, eerie::runtime::RuntimeError> {
+    fn iree(self, what: &str) -> Result<T> {
+        self.map_err(|e| anyhow::anyhow!("{what}: {e}"))
+    }
+}

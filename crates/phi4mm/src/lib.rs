@@ -1,0 +1,29 @@
+//! Phi-4-multimodal-instruct ("Phi4MM") for Switchyard: the plugin library.
+//!
+//! The front end (audio, images, prompt) is the `switchyard-phi4mm-frontend` crate and the
+//! compiled-module cache is `switchyard-artifact-cache`; this crate holds what turns their output
+//! into tokens:
+//! - [`checkpoint`]: safetensors loading for both layouts, validated before any compute;
+//! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections), the
+//!   numerical reference;
+//! - `iree` (feature `iree`): the same model as IREE-compiled modules;
+//! - [`backend`]: choosing and starting one of the two;
+//! - [`scheduler`]: continuous batching with a per-row adapter, over either backend;
+//! - [`sampling`]: temperature, top-k/top-p and log probabilities per row;
+//! - [`request`]: a validated request turned into model inputs;
+//! - [`plugin`], [`config`], [`options`]: the ABI surface, the instance settings, and the
+//!   per-request `model_options`.
+//!
+//! `ARCHITECTURE.md` at the repository root is the map.
+
+pub mod backend;
+pub mod checkpoint;
+pub mod config;
+#[cfg(feature = "iree")]
+pub mod iree;
+pub mod model;
+pub mod options;
+pub mod plugin;
+pub mod request;
+pub mod sampling;
+pub mod scheduler;

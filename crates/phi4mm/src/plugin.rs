@@ -1,0 +1,515 @@
+//! The `phi4mm` model kind as a Switchyard plugin: settings → checkpoint, tokenizer, host backend
+//! and scheduler; host requests → prompt + media jobs; scheduler events → host events.
+#![allow(non_local_definitions)] // abi_stable's export macro defines items inside a function.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use switchyard_plugin_api::{
+    abi_stable::std_types::{ROption, RString},
+    AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox, HostServices, Modality, ModelKindInfo,
+    ModelStats, Part, PluginError, PluginManifest, PluginModel, Request, SettingsText,
+    TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+};
+
+use crate::backend;
+use crate::checkpoint::Checkpoint;
+use crate::config::Phi4mmSettings;
+use crate::model::{Phi4mm, PromptInput};
+use crate::options::RequestOptions;
+use crate::request::{self, MediaOptions};
+use crate::sampling::{Logprobs, SamplingConfig};
+use crate::scheduler::{
+    Detokenize, FinishReason, Generation, Job, MediaStage, Outcome, Refusal, RowError, RowSink,
+    Scheduler, SchedulerConfig,
+};
+use frontend::prompt::{ContentPart, Message, Prompt, Role};
+
+pub const KIND: &str = "phi4mm";
+
+pub fn plugin_manifest() -> PluginManifest {
+    PluginManifest {
+        name: "phi4mm".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        build_id: concat!("phi4mm-", env!("CARGO_PKG_VERSION")).into(),
+        api_version: API_VERSION,
+        models: vec![ModelKindInfo {
+            kind: KIND.into(),
+            chat_modalities: Modality::ALL.to_vec().into(),
+            transcription_modalities: vec![Modality::Audio].into(),
+        }]
+        .into(),
+    }
+}
+
+/// One `phi4mm` model instance.
+pub struct Phi4mmModel {
+    settings: Phi4mmSettings,
+    model: Arc<Phi4mm>,
+    prompt: Arc<Prompt>,
+    media: Arc<dyn MediaStage>,
+    backend_name: &'static str,
+    backend_details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
+    scheduler: Scheduler,
+}
+
+pub fn create_instance(
+    kind: &str,
+    settings: SettingsText,
+    services: HostServices,
+) -> Result<Phi4mmModel, PluginError> {
+    if kind != KIND {
+        return Err(PluginError::invalid_settings(format!(
+            "plugin phi4mm has no model kind {kind:?} (it has {KIND:?})"
+        )));
+    }
+    let mut settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
+    settings.validate().map_err(PluginError::invalid_settings)?;
+    settings.resolve_paths(|p| services.resolve_path(p));
+    Phi4mmModel::load(settings, services.thread_budget as usize, &|m| {
+        services.info(m)
+    })
+}
+
+impl Phi4mmModel {
+    /// Loads the checkpoint and starts the scheduler. `thread_budget` is the default for
+    /// `threads`.
+    pub fn load(
+        settings: Phi4mmSettings,
+        thread_budget: usize,
+        log: &dyn Fn(&str),
+    ) -> Result<Self, PluginError> {
+        let dir: &Path = &settings.checkpoint;
+        let ck = Checkpoint::open(dir).map_err(|e| {
+            PluginError::invalid_settings(format!("checkpoint {}: {e}", dir.display()))
+        })?;
+        let prompt = Prompt::load(dir).map_err(|e| {
+            PluginError::invalid_settings(format!("tokenizer in {}: {e}", dir.display()))
+        })?;
+        let threads = settings.threads.unwrap_or(thread_budget).max(1);
+        let model = Arc::new(Phi4mm::load(&ck, threads));
+        let media_threads = settings.media_threads.unwrap_or((threads / 4).max(1));
+        let prompt = Arc::new(prompt);
+        let p = prompt.clone();
+        let detok: Detokenize =
+            Arc::new(move |ids: &[u32]| p.tokenizer().decode(ids, true).unwrap_or_default());
+        let running = backend::start(
+            settings.backend,
+            &settings.iree,
+            &ck,
+            model.clone(),
+            SchedulerConfig {
+                slots: settings.slots,
+                max_queued: settings.max_queued,
+                max_queued_tokens: settings.max_queued_tokens,
+                media_threads,
+                prefill_chunk: settings.prefill_chunk,
+            },
+            Some(detok),
+        )
+        .map_err(PluginError::invalid_settings)?;
+        log(&format!(
+            "phi4mm loaded from {} on the {} backend: {} slots, {threads} decoder threads, {media_threads} media threads",
+            dir.display(),
+            running.name,
+            settings.slots
+        ));
+        Ok(Phi4mmModel {
+            settings,
+            model,
+            prompt,
+            media: running.media,
+            backend_name: running.name,
+            backend_details: running.details,
+            scheduler: running.scheduler,
+        })
+    }
+
+    /// Where the prompt comes from: the messages through the chat template, or the ids of
+    /// `model_options.input_ids` with the messages' media (the messages then carry no text).
+    fn prompt_source(
+        &self,
+        request: &Request,
+        options: &RequestOptions,
+    ) -> Result<PromptSource, PluginError> {
+        let Some(input_ids) = &options.input_ids else {
+            return Ok(PromptSource::Messages(self.messages(request)));
+        };
+        if request.endpoint != Endpoint::Chat {
+            return Err(PluginError::invalid_request(
+                "model_options.input_ids: only chat requests take a prompt as ids",
+            ));
+        }
+        if input_ids.is_empty() {
+            return Err(PluginError::invalid_request(
+                "model_options.input_ids: the prompt is empty",
+            ));
+        }
+        let (mut images, mut audios) = (Vec::new(), Vec::new());
+        for part in request.messages.iter().flat_map(|m| m.parts.iter()) {
+            match part {
+                Part::Text(_) => {
+                    return Err(PluginError::invalid_request(
+                        "model_options.input_ids replaces the text of the messages: send only \
+                         their image and audio parts",
+                    ))
+                }
+                Part::Image(bytes) => images.push(bytes.to_vec()),
+                Part::Audio { data, .. } => audios.push(data.to_vec()),
+            }
+        }
+        // The model reads placeholder ids without media as ordinary tokens (as the reference
+        // does); from a client they mean a medium went missing.
+        let config = &self.model.config;
+        for (kind, id, media) in [
+            ("image", config.image_token_id, images.len()),
+            ("audio", config.audio_token_id, audios.len()),
+        ] {
+            let placeholders = input_ids.iter().filter(|&&x| x == id).count();
+            if media == 0 && placeholders > 0 {
+                return Err(PluginError::invalid_request(format!(
+                    "model_options.input_ids: {placeholders} {kind} placeholder id(s) ({id}) but \
+                     no {kind} part in the messages"
+                )));
+            }
+        }
+        Ok(PromptSource::Ids {
+            input_ids: input_ids.clone(),
+            images,
+            audios,
+        })
+    }
+
+    /// The request's chat as prompt messages; a transcription becomes one user turn with its
+    /// audio and the instruction.
+    fn messages(&self, request: &Request) -> Vec<Message> {
+        let convert = |p: &Part| match p {
+            Part::Text(t) => ContentPart::Text {
+                text: t.to_string(),
+            },
+            Part::Image(b) => ContentPart::Image { bytes: b.to_vec() },
+            Part::Audio { data, .. } => ContentPart::Audio {
+                bytes: data.to_vec(),
+            },
+        };
+        if request.endpoint == Endpoint::Transcription {
+            let mut content: Vec<ContentPart> = request
+                .messages
+                .iter()
+                .flat_map(|m| m.parts.iter())
+                .filter(|p| matches!(p, Part::Audio { .. }))
+                .map(convert)
+                .collect();
+            content.push(ContentPart::Text {
+                text: self.settings.transcription_instruction.clone(),
+            });
+            return vec![Message {
+                role: Role::User,
+                content,
+            }];
+        }
+        request
+            .messages
+            .iter()
+            .map(|m| Message {
+                role: match m.role {
+                    switchyard_plugin_api::Role::System => Role::System,
+                    switchyard_plugin_api::Role::User => Role::User,
+                    switchyard_plugin_api::Role::Assistant => Role::Assistant,
+                },
+                content: m.parts.iter().map(convert).collect(),
+            })
+            .collect()
+    }
+}
+
+/// What a chat request's prompt is built from, checked at admission; the media work (decoding,
+/// preprocessing, placeholder expansion) is left to the media pool.
+enum PromptSource {
+    /// The chat template over the messages.
+    Messages(Vec<Message>),
+    /// `model_options.input_ids`, placeholders expanded, with the messages' media in order.
+    Ids {
+        input_ids: Vec<u32>,
+        images: Vec<Vec<u8>>,
+        audios: Vec<Vec<u8>>,
+    },
+}
+
+impl PromptSource {
+    /// Tokens charged against the queue bound (each medium counts once until it is expanded).
+    fn charge(&self, prompt: &Prompt) -> Result<usize, PluginError> {
+        match self {
+            PromptSource::Messages(messages) => Ok(prompt
+                .encode_messages(messages, true)
+                .map_err(|e| PluginError::invalid_request(e.to_string()))?
+                .ids
+                .len()),
+            PromptSource::Ids { input_ids, .. } => Ok(input_ids.len()),
+        }
+    }
+
+    fn build(
+        &self,
+        model: &Phi4mm,
+        prompt: &Prompt,
+        media: &MediaOptions,
+        options: &RequestOptions,
+    ) -> Result<PromptInput, String> {
+        let adapter = options.adapter.choice();
+        match self {
+            PromptSource::Messages(messages) => {
+                request::from_messages(model, prompt, messages, media, adapter)
+            }
+            PromptSource::Ids {
+                input_ids,
+                images,
+                audios,
+            } => {
+                let images: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+                let audios: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
+                request::from_ids(input_ids.clone(), &images, &audios, media, adapter)
+            }
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+fn deadline_of(unix_ms: Option<u64>) -> Option<Instant> {
+    let ms = unix_ms?;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Some(Instant::now() + Duration::from_millis(ms.saturating_sub(now_ms)))
+}
+
+/// Id of the warm-up job; request ids from the host count up from 1, far from this.
+const WARM_JOB_ID: u64 = u64::MAX;
+
+/// Collects the outcome of the warm-up job.
+struct WarmSink(std::sync::mpsc::Sender<Outcome>);
+
+impl RowSink for WarmSink {
+    fn started(&mut self, _: usize) -> bool {
+        true
+    }
+    fn token(&mut self, _: u32, _: &str, _: Option<&Logprobs>) -> bool {
+        true
+    }
+    fn done(&mut self, outcome: Outcome) {
+        let _ = self.0.send(outcome);
+    }
+}
+
+impl PluginModel for Phi4mmModel {
+    /// One real token through the whole path — media stage, prefill, sampling — before the host
+    /// routes traffic here: it pages the weights in, and a backend that cannot run fails the
+    /// (re)load instead of the first request.
+    fn warm(&self) -> Result<(), PluginError> {
+        let messages = [Message::text(Role::User, "Hello".to_string())];
+        let ids = self
+            .prompt
+            .encode_messages(&messages, true)
+            .map_err(|e| PluginError::internal(format!("warm-up prompt: {e}")))?
+            .ids;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job = Job {
+            id: WARM_JOB_ID,
+            prompt_tokens: ids.len(),
+            prepare: self.media.prepare_fn(
+                PromptInput {
+                    input_ids: ids.clone(),
+                    ..PromptInput::default()
+                },
+                1,
+            ),
+            generation: Generation::greedy(1),
+            sink: Box::new(WarmSink(tx)),
+        };
+        self.scheduler
+            .submit(job)
+            .map_err(|r| PluginError::internal(format!("warm-up request refused: {r:?}")))?;
+        match rx.recv() {
+            Ok(Outcome::Finished { .. }) => Ok(()),
+            Ok(Outcome::Failed(e)) => Err(PluginError::internal(format!("warm-up failed: {e:?}"))),
+            Err(_) => Err(PluginError::internal("warm-up: the scheduler stopped")),
+        }
+    }
+
+    fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
+        let modality = request.modality();
+        if !plugin_manifest().models[0].accepts(request.endpoint, modality) {
+            return Err(PluginError::new(
+                ErrorKind::Unsupported,
+                format!("phi4mm does not serve {modality} on {:?}", request.endpoint),
+            ));
+        }
+        let options = request
+            .model_options_json()
+            .and_then(RequestOptions::from_json)
+            .map_err(PluginError::invalid_request)?;
+        let source = self.prompt_source(&request, &options)?;
+        // Tokenizing here refuses malformed chats at admission and gives the queue its charge.
+        let charged = source.charge(&self.prompt)?;
+        let max_new_tokens = request
+            .sampling
+            .max_tokens
+            .into_option()
+            .map(|m| m as usize)
+            .unwrap_or(self.settings.default_max_tokens);
+        let (model, prompt) = (self.model.clone(), self.prompt.clone());
+        let media_options = MediaOptions {
+            limits: self.settings.limits.clone(),
+            resample: self.settings.resample,
+        };
+        let media = self.media.clone();
+        let prepare = Box::new(move || {
+            let input = source
+                .build(&model, &prompt, &media_options, &options)
+                .map_err(RowError::Invalid)?;
+            (media.prepare_fn(input, max_new_tokens))()
+        });
+        let s = &request.sampling;
+        let job = Job {
+            id: request.id,
+            prompt_tokens: charged,
+            prepare,
+            generation: Generation {
+                sampling: SamplingConfig {
+                    temperature: s.temperature,
+                    top_k: s.top_k as usize,
+                    top_p: s.top_p,
+                    seed: s.seed.into_option(),
+                },
+                logprobs: request.logprobs.into_option().map(usize::from),
+                max_new_tokens,
+                stop_ids: self.model.config.eos_token_ids.clone(),
+                stop_strings: request.stop.iter().map(|s| s.to_string()).collect(),
+                deadline: deadline_of(request.deadline_unix_ms.into_option()),
+            },
+            sink: Box::new(HostSink {
+                sink,
+                prompt: self.prompt.clone(),
+            }),
+        };
+        self.scheduler.submit(job).map_err(|r| match r {
+            Refusal::Overloaded(m) => PluginError::overloaded(m),
+            Refusal::Unavailable(m) => PluginError::unavailable(m),
+            Refusal::Invalid(m) => PluginError::invalid_request(m),
+        })
+    }
+
+    fn cancel(&self, request_id: u64) -> bool {
+        self.scheduler.cancel(request_id)
+    }
+
+    fn stats(&self) -> ModelStats {
+        let s = self.scheduler.stats();
+        let adapters = ["base", "speech", "vision"]
+            .iter()
+            .zip(s.rows_per_adapter)
+            .map(|(name, rows)| AdapterRows {
+                adapter: (*name).into(),
+                rows: rows as u32,
+            })
+            .collect::<Vec<_>>();
+        ModelStats {
+            running: s.running as u32,
+            queued: s.queued as u32,
+            free_slots: s.free_slots as u32,
+            adapters: adapters.into(),
+            details_json: RString::from(
+                serde_json::json!({
+                    "slots": s.slots,
+                    "queued_tokens": s.queued_tokens,
+                    "steps_by_rows": s.steps_by_rows,
+                    "prepared_waiting": s.ready,
+                    "audio_rows_per_branch": { "speech": s.rows_per_audio_branch[0], "vision": s.rows_per_audio_branch[1] },
+                    "backend": self.backend_name,
+                    "backend_details": (self.backend_details)(),
+                })
+                .to_string(),
+            ),
+        }
+    }
+
+    fn drain(&self) {
+        self.scheduler.drain();
+    }
+
+    fn shutdown(&self) {
+        self.scheduler.shutdown();
+    }
+}
+
+/// Scheduler events → host events.
+struct HostSink {
+    sink: EventSinkBox,
+    /// For the bytes of the tokens in log-probability reports.
+    prompt: Arc<Prompt>,
+}
+
+impl HostSink {
+    fn logprob(&self, (id, logprob): (u32, f32)) -> TokenLogprob {
+        TokenLogprob {
+            id,
+            bytes: self.prompt.token_bytes(id).into(),
+            logprob,
+        }
+    }
+}
+
+impl RowSink for HostSink {
+    fn started(&mut self, prompt_tokens: usize) -> bool {
+        self.sink.send(Event::Started {
+            prompt_tokens: prompt_tokens as u32,
+        })
+    }
+
+    fn token(&mut self, id: u32, text: &str, logprobs: Option<&Logprobs>) -> bool {
+        let logprobs = logprobs.map(|l| TokenLogprobs {
+            sampled: self.logprob(l.sampled),
+            top: l
+                .top
+                .iter()
+                .map(|&t| self.logprob(t))
+                .collect::<Vec<_>>()
+                .into(),
+        });
+        self.sink.send(Event::Token {
+            id,
+            text: text.into(),
+            logprobs: logprobs.map_or(ROption::RNone, ROption::RSome),
+        })
+    }
+
+    fn done(&mut self, outcome: Outcome) {
+        let event = match outcome {
+            Outcome::Finished {
+                reason,
+                prompt_tokens,
+                completion_tokens,
+            } => Event::Finished {
+                reason: match reason {
+                    FinishReason::Stop => switchyard_plugin_api::FinishReason::Stop,
+                    FinishReason::Length => switchyard_plugin_api::FinishReason::Length,
+                    FinishReason::Cancelled => switchyard_plugin_api::FinishReason::Cancelled,
+                },
+                usage: Usage {
+                    prompt_tokens: prompt_tokens as u32,
+                    completion_tokens: completion_tokens as u32,
+                },
+            },
+            Outcome::Failed(RowError::Invalid(m)) => Event::Failed(PluginError::invalid_request(m)),
+            Outcome::Failed(RowError::Internal(m)) => Event::Failed(PluginError::internal(m)),
+            Outcome::Failed(RowError::Deadline) => {
+                Event::Failed(PluginError::cancelled("deadline exceeded"))
+            }
+        };
+        self.sink.send(event);
+    }
+}
+
+switchyard_plugin_api::export_plugin! { manifest: plugin_manifest, create: create_instance }

@@ -1,0 +1,147 @@
+//! From a request as a client sends it — chat messages or expanded ids, plus encoded media — to the
+//! model's [`PromptInput`]: media preprocessed by the front end, placeholders bound in order and
+//! expanded to each medium's token count. Used by `phi4mm generate` and by the plugin.
+
+use crate::model::{AdapterChoice, AudioInput, ImageInput, PromptInput};
+use frontend::audio::{features_from_bytes, AudioError, AudioOptions, ResampleMode};
+use frontend::image::{preprocess, ImageError, ImageOptions};
+use frontend::limits::{LimitError, Limits};
+use frontend::prompt::{Message, Prompt, PromptError};
+
+/// How media are checked and decoded: the limits, and how clips not at 16 kHz are resampled.
+#[derive(Clone, Debug, Default)]
+pub struct MediaOptions {
+    pub limits: Limits,
+    pub resample: ResampleMode,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
+    #[error(transparent)]
+    Limits(#[from] LimitError),
+    #[error("audio {index}: {source}")]
+    Audio {
+        index: usize,
+        #[source]
+        source: AudioError,
+    },
+    #[error("image {index}: {source}")]
+    Image {
+        index: usize,
+        #[source]
+        source: ImageError,
+    },
+}
+
+/// One encoded image → crops, masks and canvas for the vision tower.
+pub fn image_input(bytes: &[u8], options: &ImageOptions) -> Result<ImageInput, ImageError> {
+    let p = preprocess(bytes, options)?;
+    Ok(ImageInput {
+        crops: p.num_crops(),
+        canvas: [p.image_size.0, p.image_size.1],
+        pixel_values: p.pixel_values,
+        patch_masks: p.attention_mask,
+    })
+}
+
+/// One encoded clip → log-mel features.
+pub fn audio_input(bytes: &[u8], options: &AudioOptions) -> Result<AudioInput, AudioError> {
+    let f = features_from_bytes(bytes, options)?;
+    Ok(AudioInput {
+        features: f.features,
+        frames: f.frames,
+    })
+}
+
+fn media(
+    images: &[&[u8]],
+    audios: &[&[u8]],
+    options: &MediaOptions,
+) -> Result<(Vec<ImageInput>, Vec<AudioInput>), RequestError> {
+    let limits = &options.limits;
+    limits.check_counts(images.len(), audios.len())?;
+    let io = ImageOptions::from_limits(limits);
+    let ao = AudioOptions {
+        resample: options.resample,
+        ..AudioOptions::from_limits(limits)
+    };
+    let images = images
+        .iter()
+        .enumerate()
+        .map(|(index, b)| {
+            image_input(b, &io).map_err(|source| RequestError::Image { index, source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut total_seconds = 0.0;
+    let audios = audios
+        .iter()
+        .enumerate()
+        .map(|(index, b)| {
+            let f = features_from_bytes(b, &ao)
+                .map_err(|source| RequestError::Audio { index, source })?;
+            total_seconds += f.duration_s;
+            Ok(AudioInput {
+                features: f.features,
+                frames: f.frames,
+            })
+        })
+        .collect::<Result<Vec<_>, RequestError>>()?;
+    limits.check_audio_total(total_seconds)?;
+    Ok((images, audios))
+}
+
+/// Token rows each medium occupies: images from the vision grid, audio from the frame count.
+fn token_counts(
+    model: &crate::model::Phi4mm,
+    images: &[ImageInput],
+    audios: &[AudioInput],
+) -> (Vec<usize>, Vec<usize>) {
+    (
+        images.iter().map(|i| model.vision.token_count(i)).collect(),
+        audios
+            .iter()
+            .map(|a| model.audio.token_count(a.frames))
+            .collect(),
+    )
+}
+
+/// Chat messages (media as content parts, placeholders optional) through the chat template with
+/// the generation prompt, media bound in order of appearance and expanded.
+pub fn from_messages(
+    model: &crate::model::Phi4mm,
+    prompt: &Prompt,
+    messages: &[Message],
+    options: &MediaOptions,
+    adapter: AdapterChoice,
+) -> Result<PromptInput, RequestError> {
+    let ids = prompt.encode_messages(messages, true)?;
+    let (images, audios) = media(&ids.images, &ids.audios, options)?;
+    let (ic, ac) = token_counts(model, &images, &audios);
+    let input_ids = prompt.expand(&ids.ids, &ic, &ac)?;
+    Ok(PromptInput {
+        input_ids,
+        images,
+        audios,
+        adapter,
+    })
+}
+
+/// Ids whose placeholders are already expanded, plus the media they stand for (the model checks
+/// that the placeholder counts agree with the media).
+pub fn from_ids(
+    input_ids: Vec<u32>,
+    images: &[&[u8]],
+    audios: &[&[u8]],
+    options: &MediaOptions,
+    adapter: AdapterChoice,
+) -> Result<PromptInput, RequestError> {
+    let (images, audios) = media(images, audios, options)?;
+    Ok(PromptInput {
+        input_ids,
+        images,
+        audios,
+        adapter,
+    })
+}

@@ -1,0 +1,45 @@
+//! Shared setup of the IREE tests: one artifact cache for the whole test run (under cargo's
+//! target tmp dir, so later runs start warm) and the decoder built on it.
+
+use std::sync::{Arc, OnceLock};
+
+use artifact_cache::ArtifactCache;
+use switchyard_phi4mm::checkpoint::Checkpoint;
+use switchyard_phi4mm::config::IreeSettings;
+use switchyard_phi4mm::iree::backend::IreeBackend;
+use switchyard_phi4mm::iree::compiler::IreeCompiler;
+use switchyard_phi4mm::iree::context::IreeContext;
+use switchyard_phi4mm::iree::decoder::IreeDecoder;
+use switchyard_phi4mm::model::Phi4mm;
+
+use crate::model_support::fixture;
+
+/// Positions per row: the longest fixture case (4106 + 8 tokens) plus one prefill chunk.
+pub const CAPACITY: usize = 4224;
+pub const CHUNK: usize = 64;
+
+pub fn context() -> &'static IreeContext {
+    static CTX: OnceLock<IreeContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+        let cache = ArtifactCache::open(dir).expect("artifact cache");
+        let compiler = IreeCompiler::new(None, "host").expect("IREE compiler");
+        IreeContext::new(Arc::new(cache), compiler, "local-sync").expect("IREE context")
+    })
+}
+
+pub fn decoder(layout: &str) -> IreeDecoder {
+    let ck = Checkpoint::open(&fixture().join(layout)).expect("fixture checkpoint");
+    IreeDecoder::load(&ck, context(), CAPACITY, CHUNK).expect("IREE decoder")
+}
+
+/// The whole IREE backend on the shared cache, built for the same decoder shape as [`decoder`].
+pub fn backend(ck: &Checkpoint, host: Arc<Phi4mm>) -> IreeBackend {
+    let settings = IreeSettings {
+        cache_dir: Some(context().cache.dir().to_path_buf()),
+        context: CAPACITY - CHUNK,
+        prefill_chunk: CHUNK,
+        ..IreeSettings::default()
+    };
+    IreeBackend::load(ck, host, &settings).expect("IREE backend")
+}

@@ -1,0 +1,385 @@
+//! Checkpoint loading of both fixture layouts, and refusal of bad checkpoints before any compute.
+
+use std::path::Path;
+
+use crate::model_support::fixture;
+use safetensors::{Dtype, SafeTensors};
+use switchyard_phi4mm::checkpoint::{AdapterName, Checkpoint, CheckpointError, Layout};
+
+#[test]
+fn both_layouts_load_to_identical_tensors() {
+    let native = Checkpoint::open(&fixture().join("model")).expect("transformers layout");
+    let original = Checkpoint::open(&fixture().join("model-original")).expect("original layout");
+    assert_eq!(native.layout, Layout::Transformers);
+    assert_eq!(original.layout, Layout::Original);
+    let names_a: Vec<_> = native.tensor_names().collect();
+    let names_b: Vec<_> = original.tensor_names().collect();
+    assert_eq!(names_a, names_b);
+    assert_eq!(names_a.len(), 211);
+    for name in names_a {
+        assert_eq!(
+            native.tensor(name).to_f32_vec(),
+            original.tensor(name).to_f32_vec(),
+            "{name}"
+        );
+    }
+    let c = &native.config;
+    assert_eq!(c.text.hidden_size, 48);
+    assert_eq!(c.text.rotary_dim, 6);
+    assert_eq!((c.image_token_id, c.audio_token_id), (1010, 1011));
+    assert_eq!(c.audio.bias_max_distance, 16);
+    assert_eq!(c.speech_lora.unwrap().r, 6);
+    assert_eq!(c.vision_lora.unwrap().scale(), 2.0);
+    let mut eos = c.eos_token_ids.clone();
+    eos.sort();
+    assert_eq!(eos, vec![1000, 1020]);
+    // The configs of both layouts describe the same model.
+    assert_eq!(native.config.text, original.config.text);
+    assert_eq!(native.config.vision, original.config.vision);
+    assert_eq!(native.config.audio, original.config.audio);
+    assert_eq!(native.config.speech_lora, original.config.speech_lora);
+    assert!(native
+        .lora(1, "mlp.down_proj", AdapterName::Speech)
+        .is_some());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad checkpoints, each built in a temp dir from a copy of the fixture.
+
+/// One tensor of a safetensors file being rewritten.
+struct Entry {
+    name: String,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+/// Copies a fixture layout into a fresh temp dir.
+fn copy_layout(layout: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&fixture().join(layout), tmp.path());
+    tmp
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// Rewrites a safetensors file through `edit` (with the `safetensors` crate).
+fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<Entry>)) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut entries: Vec<Entry> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, t)| Entry {
+            name,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+            data: t.data().to_vec(),
+        })
+        .collect();
+    edit(&mut entries);
+    let views: Vec<(String, safetensors::tensor::TensorView)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e.name.clone(),
+                safetensors::tensor::TensorView::new(e.dtype, e.shape.clone(), &e.data).unwrap(),
+            )
+        })
+        .collect();
+    std::fs::write(path, safetensors::serialize(views, None).unwrap()).unwrap();
+}
+
+fn entry<'a>(entries: &'a mut [Entry], name: &str) -> &'a mut Entry {
+    entries
+        .iter_mut()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("{name}"))
+}
+
+/// Random-ish bf16 bytes for a new tensor of `n` elements (value 0.5).
+fn bf16_bytes(n: usize) -> Vec<u8> {
+    std::iter::repeat_n(0x3f00u16.to_le_bytes(), n)
+        .flatten()
+        .collect()
+}
+
+fn open_err(dir: &Path) -> CheckpointError {
+    Checkpoint::open(dir).expect_err("bad checkpoint must be refused")
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+const SPEECH_ADAPTER: &str = "speech-lora/adapter_model.safetensors";
+
+#[test]
+fn missing_lora_b_is_refused_in_peft_folder() {
+    let tmp = copy_layout("model");
+    rewrite(&tmp.path().join(SPEECH_ADAPTER), |e| {
+        e.retain(|t| t.name != "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight")
+    });
+    match open_err(tmp.path()) {
+        CheckpointError::IncompleteLoraPair { present, missing } => {
+            assert_eq!(present, "model.layers.1.mlp.down_proj.lora_A.speech.weight");
+            assert_eq!(missing, "model.layers.1.mlp.down_proj.lora_B.speech.weight");
+        }
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn missing_lora_b_is_refused_in_original_shard() {
+    let tmp = copy_layout("model-original");
+    let name = "model.layers.0.self_attn.o_proj.lora_B.vision.weight";
+    let index_path = tmp.path().join("model.safetensors.index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let shard = index["weight_map"][name].as_str().unwrap().to_string();
+    index["weight_map"].as_object_mut().unwrap().remove(name);
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    rewrite(&tmp.path().join(shard), |e| e.retain(|t| t.name != name));
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::IncompleteLoraPair { missing, .. } if missing == name),
+        "{err}"
+    );
+    assert!(err.to_string().contains(name));
+}
+
+#[test]
+fn rank_mismatch_is_refused() {
+    let tmp = copy_layout("model");
+    let a = "base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight";
+    let b = "base_model.model.model.layers.0.self_attn.qkv_proj.lora_B.weight";
+    rewrite(&tmp.path().join(SPEECH_ADAPTER), |e| {
+        let ea = entry(e, a);
+        ea.shape = vec![5, 48];
+        ea.data = bf16_bytes(5 * 48);
+        let eb = entry(e, b);
+        eb.shape = vec![80, 5];
+        eb.data = bf16_bytes(80 * 5);
+    });
+    match open_err(tmp.path()) {
+        CheckpointError::RankMismatch {
+            tensor,
+            adapter,
+            expected,
+            found,
+        } => {
+            assert_eq!(
+                tensor,
+                "model.layers.0.self_attn.qkv_proj.lora_A.speech.weight"
+            );
+            assert_eq!((adapter, expected, found), ("speech", 6, 5));
+        }
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn nan_in_one_weight_is_refused() {
+    let tmp = copy_layout("model");
+    let name = "model.layers.1.mlp.down_proj.weight";
+    rewrite(&tmp.path().join("model.safetensors"), |e| {
+        // bf16 NaN at element 77.
+        entry(e, name).data[154..156].copy_from_slice(&0x7fc0u16.to_le_bytes());
+    });
+    match open_err(tmp.path()) {
+        CheckpointError::NonFinite {
+            tensor,
+            index,
+            value,
+        } => {
+            assert_eq!((tensor.as_str(), index), (name, 77));
+            assert!(value.is_nan());
+        }
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn inf_in_original_shard_is_refused() {
+    let tmp = copy_layout("model-original");
+    let stored =
+        "model.embed_tokens_extend.audio_embed.encoder.encoders.0.self_attn.linear_q.weight";
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    let shard = index["weight_map"][stored].as_str().unwrap();
+    rewrite(&tmp.path().join(shard), |e| {
+        entry(e, stored).data[0..2].copy_from_slice(&0xff80u16.to_le_bytes());
+    });
+    let err = open_err(tmp.path());
+    // Reported under the canonical (transformers) name the original key maps to.
+    assert!(
+        matches!(&err, CheckpointError::NonFinite { tensor, index: 0, .. }
+            if tensor == "model.embed_tokens_extend.audio_embed.encoder.encoders.0.self_attn.q_proj.weight"),
+        "{err}"
+    );
+}
+
+#[test]
+fn truncated_shard_is_refused() {
+    let tmp = copy_layout("model-original");
+    let shard = tmp.path().join("model-00002-of-00002.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    std::fs::write(&shard, &bytes[..bytes.len() - 100]).unwrap();
+    // The first tensor (in file order) whose bytes were cut.
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let cut_at = bytes.as_ptr() as usize + bytes.len() - 100;
+    let (last, _) = st
+        .tensors()
+        .into_iter()
+        .filter(|(_, t)| t.data().as_ptr() as usize + t.data().len() > cut_at)
+        .min_by_key(|(_, t)| t.data().as_ptr() as usize)
+        .unwrap();
+    match open_err(tmp.path()) {
+        CheckpointError::TruncatedShard { path, tensor, .. } => {
+            assert_eq!(path, shard);
+            assert_eq!(tensor, last);
+        }
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn wrong_shape_is_refused() {
+    let tmp = copy_layout("model");
+    let name = "model.embed_tokens_extend.audio_embed.encoder.embed.out.weight";
+    rewrite(&tmp.path().join("model.safetensors"), |e| {
+        let t = entry(e, name);
+        t.shape = vec![32, 150];
+        t.data = bf16_bytes(32 * 150);
+    });
+    match open_err(tmp.path()) {
+        CheckpointError::ShapeMismatch {
+            tensor,
+            expected,
+            found,
+        } => {
+            assert_eq!(tensor, name);
+            assert_eq!((expected, found), (vec![32, 160], vec![32, 150]));
+        }
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn config_contradicting_tensors_is_refused() {
+    // 3 KV heads instead of 2: the fused qkv projection no longer has the implied rows.
+    let tmp = copy_layout("model");
+    edit_config(tmp.path(), |c| c["num_key_value_heads"] = 3.into());
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::ShapeMismatch { tensor, expected, found }
+            if tensor == "model.layers.0.self_attn.qkv_proj.weight" && expected == &vec![96, 48] && found == &vec![80, 48]),
+        "{err}"
+    );
+
+    // More layers than stored: the first missing tensor is named.
+    let tmp = copy_layout("model-original");
+    edit_config(tmp.path(), |c| c["num_hidden_layers"] = 3.into());
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::MissingTensor { tensor } if tensor.starts_with("model.layers.2.")),
+        "{err}"
+    );
+
+    // Fewer layers than stored: layer 1's tensors are unexpected.
+    let tmp = copy_layout("model");
+    edit_config(tmp.path(), |c| c["num_hidden_layers"] = 1.into());
+    let err = open_err(tmp.path());
+    assert!(err.to_string().contains("model.layers.1."), "{err}");
+
+    // A LoRA config rank that the adapter tensors do not have.
+    let tmp = copy_layout("model-original");
+    edit_config(tmp.path(), |c| c["vision_lora"]["r"] = 8.into());
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::RankMismatch { tensor, expected: 8, found: 4, .. }
+            if tensor == "model.layers.0.mlp.down_proj.lora_A.vision.weight"),
+        "{err}"
+    );
+}
+
+#[test]
+fn lora_without_base_weight_is_refused() {
+    let tmp = copy_layout("model");
+    rewrite(&tmp.path().join(SPEECH_ADAPTER), |e| {
+        for (ab, shape) in [("A", vec![6, 48]), ("B", vec![48, 6])] {
+            e.push(Entry {
+                name: format!("base_model.model.model.layers.0.self_attn.q_proj.lora_{ab}.weight"),
+                dtype: Dtype::BF16,
+                data: bf16_bytes(shape.iter().product()),
+                shape,
+            });
+        }
+    });
+    match open_err(tmp.path()) {
+        CheckpointError::LoraWithoutBase { tensor, base } => {
+            assert_eq!(
+                tensor,
+                "model.layers.0.self_attn.q_proj.lora_A.speech.weight"
+            );
+            assert_eq!(base, "model.layers.0.self_attn.q_proj.weight");
+        }
+        e => panic!("wrong error: {e}"),
+    }
+}
+
+#[test]
+fn unexpected_and_missing_tensors_are_refused() {
+    let tmp = copy_layout("model");
+    rewrite(&tmp.path().join("model.safetensors"), |e| {
+        e.push(Entry {
+            name: "model.layers.0.self_attn.rotary_emb.inv_freq".into(),
+            dtype: Dtype::BF16,
+            shape: vec![3],
+            data: bf16_bytes(3),
+        })
+    });
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::UnexpectedTensor { tensor, .. } if tensor == "model.layers.0.self_attn.rotary_emb.inv_freq"),
+        "{err}"
+    );
+
+    let tmp = copy_layout("model");
+    rewrite(&tmp.path().join("model.safetensors"), |e| {
+        e.retain(|t| t.name != "model.norm.weight")
+    });
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::MissingTensor { tensor } if tensor == "model.norm.weight"),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_lora_config_is_refused() {
+    let tmp = copy_layout("model-original");
+    edit_config(tmp.path(), |c| c["speech_lora"]["lora_alpha"] = 0.into());
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::InvalidConfig { key, .. } if key == "speech_lora.lora_alpha"),
+        "{err}"
+    );
+}

@@ -1,0 +1,198 @@
+//! The plugin object (as the host drives it, without the FFI): chat with an image, with audio,
+//! with both, a transcription, settings refusal, and a client that goes away freeing its slot.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::model_support::*;
+use switchyard_phi4mm::config::Phi4mmSettings;
+use switchyard_phi4mm::plugin::Phi4mmModel;
+use switchyard_plugin_api::abi_stable::sabi_trait::TD_Opaque;
+use switchyard_plugin_api::{
+    Endpoint, ErrorKind, Event, EventSink, EventSink_TO, FinishReason, Message, Part, PluginModel,
+    Request, Role, SamplingParams,
+};
+
+struct Sink {
+    tx: Mutex<Sender<Event>>,
+    /// Report the client gone after this many tokens.
+    gone_after: Option<usize>,
+    seen: Mutex<usize>,
+}
+
+impl EventSink for Sink {
+    fn send(&self, event: Event) -> bool {
+        if matches!(event, Event::Token { .. }) {
+            let mut seen = self.seen.lock().unwrap();
+            *seen += 1;
+            if self.gone_after.is_some_and(|n| *seen > n) {
+                return false;
+            }
+        }
+        let _ = self.tx.lock().unwrap().send(event);
+        true
+    }
+}
+
+fn model(extra: &str) -> Phi4mmModel {
+    let json = format!(
+        r#"{{"checkpoint": {:?}, "slots": 2, "max_queued": 2, "default_max_tokens": 6 {extra}}}"#,
+        fixture().join("model").display().to_string()
+    );
+    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
+    Phi4mmModel::load(settings, 2, &|_| {}).unwrap()
+}
+
+fn request(id: u64, endpoint: Endpoint, parts: Vec<Part>, max: u32) -> Request {
+    Request {
+        sampling: SamplingParams {
+            max_tokens: Some(max).into(),
+            ..SamplingParams::default()
+        },
+        ..Request::new(
+            id,
+            endpoint,
+            vec![Message {
+                role: Role::User,
+                parts: parts.into(),
+            }],
+        )
+    }
+}
+
+fn input(name: &str) -> Vec<u8> {
+    std::fs::read(fixture().join("inputs").join(name)).unwrap()
+}
+
+/// Submits and collects events up to the terminal one.
+fn run(m: &Phi4mmModel, req: Request, gone_after: Option<usize>) -> Vec<Event> {
+    let (tx, rx) = channel();
+    let sink = EventSink_TO::from_value(
+        Sink {
+            tx: Mutex::new(tx),
+            gone_after,
+            seen: Mutex::new(0),
+        },
+        TD_Opaque,
+    );
+    m.submit(req, sink).unwrap();
+    let mut events = Vec::new();
+    while let Ok(e) = rx.recv_timeout(Duration::from_secs(if gone_after.is_some() {
+        5
+    } else {
+        120
+    })) {
+        let end = matches!(e, Event::Finished { .. } | Event::Failed(_));
+        events.push(e);
+        if end {
+            break;
+        }
+    }
+    events
+}
+
+fn finished(events: &[Event]) -> (FinishReason, u32, u32) {
+    match events.last() {
+        Some(Event::Finished { reason, usage }) => {
+            (*reason, usage.prompt_tokens, usage.completion_tokens)
+        }
+        other => panic!("no Finished: {other:?}"),
+    }
+}
+
+fn wait_idle(m: &Phi4mmModel) {
+    let t0 = Instant::now();
+    loop {
+        let s = m.stats();
+        if s.running == 0 && s.queued == 0 && s.free_slots == 2 {
+            assert!(s.adapters.iter().all(|a| a.rows == 0));
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "not idle: {s:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn chat_with_media_and_transcription() {
+    let m = Arc::new(model(""));
+    let text = |t: &str| Part::Text(t.into());
+    let image = || Part::Image(input("img_small.png").into());
+    let audio = || Part::Audio {
+        data: input("audio_16k.wav").into(),
+        format: "wav".into(),
+    };
+    let cases = [
+        (Endpoint::Chat, vec![text("Hello there")]),
+        (Endpoint::Chat, vec![image(), text("What is shown?")]),
+        (Endpoint::Chat, vec![audio(), text("What is said?")]),
+        (Endpoint::Chat, vec![image(), audio(), text("Both?")]),
+        (Endpoint::Transcription, vec![audio()]),
+    ];
+    for (i, (endpoint, parts)) in cases.into_iter().enumerate() {
+        let events = run(&m, request(i as u64, endpoint, parts, 4), None);
+        assert!(matches!(events[0], Event::Started { .. }), "{events:?}");
+        let (reason, prompt, completion) = finished(&events);
+        assert!(prompt > 0);
+        let tokens = events
+            .iter()
+            .filter(|e| matches!(e, Event::Token { .. }))
+            .count();
+        assert_eq!(tokens as u32, completion);
+        assert!(
+            reason == FinishReason::Length || reason == FinishReason::Stop,
+            "{reason:?}"
+        );
+    }
+    wait_idle(&m);
+    m.shutdown();
+}
+
+#[test]
+fn disconnect_frees_the_slot_and_bad_requests_are_refused() {
+    let m = model("");
+    let events = run(
+        &m,
+        request(1, Endpoint::Chat, vec![Part::Text("go on".into())], 50),
+        Some(2),
+    );
+    // The client saw two tokens and then nothing: no terminal event reaches a gone client.
+    assert_eq!(events.len(), 3, "{events:?}");
+    wait_idle(&m);
+
+    // Transcription without audio, and a typed special token: refused at admission.
+    let (tx, _rx) = channel();
+    let sink = || {
+        EventSink_TO::from_value(
+            Sink {
+                tx: Mutex::new(tx.clone()),
+                gone_after: None,
+                seen: Mutex::new(0),
+            },
+            TD_Opaque,
+        )
+    };
+    let e = m
+        .submit(
+            request(2, Endpoint::Transcription, vec![Part::Text("x".into())], 4),
+            sink(),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported);
+    let e = m
+        .submit(
+            request(3, Endpoint::Chat, vec![Part::Text("<|end|>".into())], 4),
+            sink(),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidRequest);
+    wait_idle(&m);
+    m.shutdown();
+}
+
+#[test]
+fn unknown_settings_are_refused() {
+    let r: Result<Phi4mmSettings, _> = serde_json::from_str(r#"{"checkpoint": "x", "slotz": 3}"#);
+    assert!(r.is_err());
+}

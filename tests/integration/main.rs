@@ -1,0 +1,10 @@
+//! End-to-end: a real `switchyard serve` process, real plugin libraries through the real loader,
+//! real HTTP over loopback.
+
+mod cli;
+mod http_api;
+mod phi4mm_http;
+mod reload_failures;
+mod reload_triggers;
+mod reload_under_load;
+mod routing;

@@ -1,0 +1,486 @@
+//! Phi4MM end to end through a real `switchyard serve`: the real plugin library, the tiny fixture
+//! checkpoint, real HTTP over loopback. Random weights make the words gibberish, so these tests
+//! check the plumbing (every modality, both endpoints, streaming, disconnect), not the text;
+//! numerical exactness is checked against the fixture in `crates/phi4mm/tests/`.
+
+use base64::Engine as _;
+use serde_json::json;
+use std::time::Duration;
+use switchyard_fixtures::{fixture, manifest, model_cases};
+use switchyard_integration_tests::{phi4mm_lib, Server};
+
+fn config() -> String {
+    format!(
+        r#"
+[[plugins]]
+name = "phi4mm"
+path = "{lib}"
+[[models]]
+name = "phi4mm-tiny"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 8 }}
+"#,
+        lib = phi4mm_lib().display(),
+        ckpt = fixture().join("model").display()
+    )
+}
+
+fn input(name: &str) -> String {
+    let bytes = std::fs::read(fixture().join("inputs").join(name)).unwrap();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[tokio::test]
+async fn every_modality_and_both_endpoints_over_http() {
+    let server = Server::start(&config()).await;
+    let image = json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", input("img_small.png"))}});
+    let audio = json!({"type": "input_audio", "input_audio": {"data": input("audio_16k.wav"), "format": "wav"}});
+    let text = json!({"type": "text", "text": "What is this?"});
+    for (what, content, min_prompt) in [
+        ("text", json!("Hello"), 2),
+        ("image", json!([text, image]), 256),
+        ("audio", json!([text, audio]), 10),
+        ("image+audio", json!([text, image, audio]), 266),
+    ] {
+        let body = json!({"model": "phi4mm-tiny", "max_tokens": 4, "temperature": 0,
+                          "messages": [{"role": "user", "content": content}]});
+        let reply = server.chat(body.clone()).await;
+        assert_eq!(reply.status, 200, "{what}: {:?}", reply.body);
+        assert_eq!(
+            reply.body["usage"]["completion_tokens"], 4,
+            "{what}: {:?}",
+            reply.body
+        );
+        assert!(
+            reply.body["usage"]["prompt_tokens"].as_u64().unwrap() >= min_prompt,
+            "{what}: {:?}",
+            reply.body
+        );
+        let mut streamed = body;
+        streamed["stream"] = json!(true);
+        let stream = server.chat_stream(streamed).await;
+        assert!(stream.done, "{what}: {}", stream.raw);
+        // Greedy: the streamed answer equals the non-streamed one.
+        assert_eq!(stream.text(), reply.content(), "{what}");
+    }
+
+    let wav = std::fs::read(fixture().join("inputs/audio_16k.wav")).unwrap();
+    let (status, body) = server
+        .transcribe("phi4mm-tiny", "clip.wav", wav.clone(), &[])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(body["text"].is_string(), "{body}");
+    let (_, text) = server
+        .transcribe("phi4mm-tiny", "clip.wav", wav, &[("stream", "true")])
+        .await;
+    assert!(text.contains("transcript.text.done"), "{text}");
+
+    // Malformed media: a clear 400, and the instance keeps serving.
+    let bad = json!({"model": "phi4mm-tiny", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]});
+    let reply = server.chat(bad).await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    let reply = server.chat(json!({"model": "phi4mm-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "ok"}]})).await;
+    assert_eq!(reply.status, 200);
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_frees_its_slot() {
+    let server = Server::start(&config()).await;
+    let body = json!({"model": "phi4mm-tiny", "stream": true, "max_tokens": 2000, "temperature": 0,
+                      "messages": [{"role": "user", "content": "Tell me a long story."}]});
+    let stream = server.open_stream(body).await;
+    // The host sends the role chunk at once; wait until the request holds a slot in the plugin.
+    let mut during = serde_json::Value::Null;
+    for _ in 0..200 {
+        during = server.status().await["instances"][0].clone();
+        if during["stats"]["running"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(during["in_flight"], 1, "{during}");
+    assert_eq!(during["stats"]["running"], 1, "{during}");
+    assert_eq!(during["stats"]["free_slots"], 1, "{during}");
+    drop(stream);
+    let mut stats = serde_json::Value::Null;
+    for _ in 0..200 {
+        stats = server.status().await["instances"][0].clone();
+        if stats["in_flight"] == 0
+            && stats["stats"]["running"] == 0
+            && stats["stats"]["free_slots"] == 2
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("slot not freed after the client left: {stats}");
+}
+
+/// The IREE backend behind the same HTTP API: every modality answers exactly as the host backend
+/// does (greedy, same tokens), and `/admin/status` shows the backend and its artifact cache.
+#[cfg(feature = "iree")]
+#[tokio::test]
+async fn the_iree_backend_answers_like_the_host_backend() {
+    // The artifact cache the plugin's own IREE tests fill, and the same decoder shape, so the
+    // modules are compiled once per test run.
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    let config = format!(
+        r#"
+[[plugins]]
+name = "phi4mm"
+path = "{lib}"
+[[models]]
+name = "host"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6 }}
+[[models]]
+name = "iree"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend = "iree", iree = {{ cache_dir = "{cache}", context = 4160 }} }}
+"#,
+        lib = phi4mm_lib().display(),
+        ckpt = fixture().join("model").display(),
+        cache = cache.display(),
+    );
+    let server = Server::start(&config).await;
+    let image = json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", input("img_small.png"))}});
+    let audio = json!({"type": "input_audio", "input_audio": {"data": input("audio_16k.wav"), "format": "wav"}});
+    let text = json!({"type": "text", "text": "What is this?"});
+    for (what, content) in [
+        ("text", json!("Hello")),
+        ("image", json!([text, image])),
+        ("audio", json!([text, audio])),
+        ("image+audio", json!([text, image, audio])),
+    ] {
+        let mut replies = Vec::new();
+        for model in ["host", "iree"] {
+            let body = json!({"model": model, "max_tokens": 6, "temperature": 0,
+                              "messages": [{"role": "user", "content": content}]});
+            let reply = server.chat(body).await;
+            assert_eq!(reply.status, 200, "{model} {what}: {:?}", reply.body);
+            replies.push(reply);
+        }
+        assert_eq!(replies[0].content(), replies[1].content(), "{what}");
+        assert_eq!(replies[0].body["usage"], replies[1].body["usage"], "{what}");
+    }
+    let status = server.status().await;
+    let iree = status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i.to_string().contains("\"iree\""))
+        .unwrap_or_else(|| panic!("no iree instance in {status}"))
+        .to_string();
+    for needle in ["backend", "iree-cache", "entries", "local-sync"] {
+        assert!(iree.contains(needle), "{needle} not in {iree}");
+    }
+}
+
+/// The fixture's reference for one single-row case.
+struct Case {
+    name: String,
+    input_ids: Vec<u64>,
+    /// `none`, `speech` or `vision` (the fixture's `__base__` is no adapter).
+    adapter: String,
+    images: Vec<String>,
+    audios: Vec<String>,
+    greedy: Vec<u64>,
+    /// log-softmax of the reference `logits_first`, in f64.
+    logprobs_first: Vec<f64>,
+}
+
+fn case(name: &str) -> Case {
+    let manifest = manifest();
+    let c = &manifest["model_cases"]["cases"][name];
+    let ids = |v: &serde_json::Value| -> Vec<u64> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("{name}: {v}"))
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let names = |v: &serde_json::Value, key: Option<&str>| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| key.map_or(x, |k| &x[k]).as_str().unwrap().to_string())
+            .collect()
+    };
+    let (logits, _) = model_cases().f32(&format!("{name}.logits_first"));
+    let logits: Vec<f64> = logits.into_iter().map(f64::from).collect();
+    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lse = max + logits.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
+    Case {
+        name: name.into(),
+        input_ids: ids(&c["input_ids"]),
+        adapter: match c["adapter"].as_str().unwrap() {
+            "__base__" => "none".into(),
+            other => other.into(),
+        },
+        images: names(&c["images"], Some("name")),
+        audios: names(&c["audios"], None),
+        greedy: ids(&c["greedy_tokens"]),
+        logprobs_first: logits.iter().map(|l| l - lse).collect(),
+    }
+}
+
+/// A row of a fixture case as a chat request: its ids and adapter pinned through
+/// `model_options`, its media as content parts, greedy, with log probabilities and token ids.
+fn row_request(case: &Case, max_tokens: usize) -> serde_json::Value {
+    let mut content: Vec<serde_json::Value> = case
+        .images
+        .iter()
+        .map(|n| json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", input(&format!("{n}.png")))}}))
+        .collect();
+    content.extend(case.audios.iter().map(|n| {
+        json!({"type": "input_audio", "input_audio": {"data": input(&format!("{n}.wav")), "format": "wav"}})
+    }));
+    json!({
+        "model": "phi4mm-tiny", "temperature": 0, "max_tokens": max_tokens,
+        "logprobs": true, "top_logprobs": 5, "return_tokens_as_token_ids": true,
+        "messages": [{"role": "user", "content": content}],
+        "model_options": {"input_ids": case.input_ids, "adapter": case.adapter},
+    })
+}
+
+/// One answered row: per generated token its id, its logprob and the top-5 (id, logprob).
+#[derive(Debug)]
+struct Row {
+    tokens: Vec<u64>,
+    logprobs: Vec<f64>,
+    top: Vec<Vec<(u64, f64)>>,
+}
+
+fn token_id(entry: &serde_json::Value) -> u64 {
+    let token = entry["token"].as_str().unwrap();
+    token
+        .strip_prefix("token_id:")
+        .unwrap_or_else(|| panic!("not a token id: {token}"))
+        .parse()
+        .unwrap()
+}
+
+fn answered(case: &Case, reply: &switchyard_integration_tests::ChatReply) -> Row {
+    assert_eq!(reply.status, 200, "{}: {:?}", case.name, reply.body);
+    let content = reply.body["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}: no logprobs in {}", case.name, reply.body));
+    Row {
+        tokens: content.iter().map(token_id).collect(),
+        logprobs: content
+            .iter()
+            .map(|e| e["logprob"].as_f64().unwrap())
+            .collect(),
+        top: content
+            .iter()
+            .map(|e| {
+                e["top_logprobs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| (token_id(t), t["logprob"].as_f64().unwrap()))
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// The fixture's float32 tolerance for logits, `1e-4 + 1e-4·|ref|`, doubled in its absolute part
+/// for log probabilities: a logprob is a logit minus the log-sum-exp of all logits, and each of
+/// the two may be off by the logit tolerance.
+fn close(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 2e-4 + 1e-4 * want.abs()
+}
+
+/// The first step of a row against the fixture: the sampled token's logprob and the top 5
+/// (ids and values) against the log-softmax of the reference logits.
+fn assert_first_step_matches_reference(case: &Case, row: &Row, what: &str) {
+    let want = |id: u64| case.logprobs_first[id as usize];
+    assert!(
+        close(row.logprobs[0], want(row.tokens[0])),
+        "{what} {}: first logprob {} vs reference {}",
+        case.name,
+        row.logprobs[0],
+        want(row.tokens[0])
+    );
+    let mut reference: Vec<(u64, f64)> = (0..case.logprobs_first.len() as u64)
+        .map(|id| (id, want(id)))
+        .collect();
+    reference.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let ids: Vec<u64> = row.top[0].iter().map(|t| t.0).collect();
+    let ref_ids: Vec<u64> = reference[..5].iter().map(|t| t.0).collect();
+    assert_eq!(
+        ids, ref_ids,
+        "{what} {}: top-5 ids of the first step",
+        case.name
+    );
+    for &(id, lp) in &row.top[0] {
+        assert!(
+            close(lp, want(id)),
+            "{what} {}: token {id}: {lp} vs {}",
+            case.name,
+            want(id)
+        );
+    }
+}
+
+/// Two answers of the same row: the same tokens, every step's logprobs within the tolerance
+/// (the top-5 compared by rank, so two near-tied alternatives may swap ids).
+fn assert_same_row(case: &Case, solo: &Row, batched: &Row) {
+    assert_eq!(
+        batched.tokens, solo.tokens,
+        "{}: batched vs solo",
+        case.name
+    );
+    for (step, (b, s)) in batched.logprobs.iter().zip(&solo.logprobs).enumerate() {
+        assert!(close(*b, *s), "{} step {step}: {b} vs {s}", case.name);
+        for (bt, st) in batched.top[step].iter().zip(&solo.top[step]) {
+            assert!(
+                close(bt.1, st.1),
+                "{} step {step}: top {bt:?} vs {st:?}",
+                case.name
+            );
+        }
+    }
+}
+
+/// Decoder steps so far that carried `rows` rows, from the instance's stats.
+async fn steps_with_rows(server: &Server, rows: usize) -> u64 {
+    let status = server.status().await;
+    status["instances"][0]["stats"]["details"]["steps_by_rows"][rows - 1]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no steps_by_rows in {status}"))
+}
+
+/// Both `mixed_batches` of the fixture through `switchyard serve`: each row — its fixture ids,
+/// media and adapter pinned through `model_options` — alone, then all rows of the batch at once,
+/// decoding in one batch with a different adapter per row. Every row's tokens equal its solo run
+/// and the reference, its logprobs the solo run's and, at the first step, the reference's.
+#[tokio::test]
+async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_reference() {
+    // Longer than the fixture's 8 tokens, so the rows of a batch overlap for many steps; the
+    // first 8 are checked against the reference, all of them against the solo run.
+    const MAX_TOKENS: usize = 32;
+    let config = config().replace("slots = 2", "slots = 3").replace(
+        "default_max_tokens = 8",
+        "default_max_tokens = 8, prefill_chunk = 64",
+    );
+    let server = Server::start(&config).await;
+    let manifest = manifest();
+    for batch in ["mixed_audio_text", "mixed_image_text"] {
+        let spec = &manifest["mixed_batches"][batch];
+        let cases: Vec<Case> = spec["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| case(r.as_str().unwrap()))
+            .collect();
+        let mut solo = Vec::new();
+        for (i, c) in cases.iter().enumerate() {
+            let row = answered(c, &server.chat(row_request(c, MAX_TOKENS)).await);
+            let reference = spec["greedy_tokens_per_row"][i].as_array().unwrap();
+            let reference: Vec<u64> = reference.iter().map(|t| t.as_u64().unwrap()).collect();
+            assert_eq!(
+                reference, c.greedy,
+                "{batch}: the fixture's row {i} is its case"
+            );
+            assert_eq!(row.tokens[..8], c.greedy[..], "{batch} solo {}", c.name);
+            assert_first_step_matches_reference(c, &row, "solo");
+            solo.push(row);
+        }
+        // Concurrent requests share decoder steps as soon as they are prepared; the instance's
+        // step counts prove it (a retry covers the unlikely run where they never meet).
+        let mut met = false;
+        for _attempt in 0..5 {
+            let before = steps_with_rows(&server, cases.len()).await;
+            let replies = futures_util::future::join_all(
+                cases
+                    .iter()
+                    .map(|c| server.chat(row_request(c, MAX_TOKENS))),
+            )
+            .await;
+            let together = steps_with_rows(&server, cases.len()).await - before;
+            for ((c, reply), solo) in cases.iter().zip(&replies).zip(&solo) {
+                let batched = answered(c, reply);
+                assert_same_row(c, solo, &batched);
+                assert_first_step_matches_reference(c, &batched, "batched");
+            }
+            eprintln!(
+                "{batch}: {together} decoder steps carried all {} rows",
+                cases.len()
+            );
+            if together > 0 {
+                met = true;
+                break;
+            }
+        }
+        assert!(
+            met,
+            "{batch}: the rows never shared a decoder step in 5 attempts"
+        );
+    }
+}
+
+/// A relative `checkpoint` means relative to the config file, like the host's plugin paths —
+/// not to the directory the server was started in.
+#[tokio::test]
+async fn a_relative_checkpoint_path_resolves_against_the_config_file() {
+    let dir = switchyard_integration_tests::TempDir::new("phi4mm-relative");
+    std::fs::create_dir(dir.path().join("models")).unwrap();
+    std::os::unix::fs::symlink(fixture().join("model"), dir.path().join("models/tiny")).unwrap();
+    let absolute = fixture().join("model").display().to_string();
+    let config = config().replace(&absolute, "models/tiny");
+    assert!(config.contains("checkpoint = \"models/tiny\""), "{config}");
+    let server = Server::start_in(dir, &config).await;
+    let reply = server
+        .chat(json!({"model": "phi4mm-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+}
+
+/// `model_options` that phi4mm refuses, each with a 400 naming the problem; the instance keeps
+/// serving.
+#[tokio::test]
+async fn bad_model_options_are_refused_clearly() {
+    let server = Server::start(&config()).await;
+    let text = |options: serde_json::Value, content: serde_json::Value| {
+        json!({"model": "phi4mm-tiny", "max_tokens": 2, "model_options": options,
+               "messages": [{"role": "user", "content": content}]})
+    };
+    for (body, needle) in [
+        (text(json!({"adapter": "audio"}), json!("hi")), "audio"),
+        (text(json!({"adaptor": "speech"}), json!("hi")), "adaptor"),
+        (
+            text(json!({"input_ids": [1021, 5, 1020, 1019]}), json!("hi")),
+            "replaces the text",
+        ),
+        (text(json!({"input_ids": []}), json!([])), "empty"),
+        // One audio placeholder id, no clip: the counts disagree.
+        (
+            text(json!({"input_ids": [1021, 1011, 1020, 1019]}), json!([])),
+            "placeholder",
+        ),
+        (
+            text(json!({"input_ids": [1021, 99999, 1020, 1019]}), json!([])),
+            "vocabulary",
+        ),
+    ] {
+        let reply = server.chat(body.clone()).await;
+        assert_eq!(reply.status, 400, "{body}: {:?}", reply.body);
+        let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    let reply = server
+        .chat(text(
+            json!({"input_ids": [1021, 5, 6, 1020, 1019], "adapter": "vision"}),
+            json!([]),
+        ))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["usage"]["prompt_tokens"], 5);
+}

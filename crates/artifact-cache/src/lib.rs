@@ -16,6 +16,7 @@
 //! rebuilding, compiling) goes to the [`Progress`] callback its owner installs.
 
 pub mod identity;
+mod invalid;
 mod layout;
 mod library_hash;
 mod lock;
@@ -26,6 +27,7 @@ mod sweep;
 pub use identity::{
     resolve_target_cpu, sha256_hex, CompilerIdentity, Identity, ModuleRequest, WeightSpec,
 };
+pub use invalid::Invalid;
 pub use manifest::Manifest;
 pub use progress::{CacheEvent, Progress};
 
@@ -80,11 +82,11 @@ pub struct EntryInfo {
     /// Size of the module file; `None` if it is missing.
     pub module_size: Option<u64>,
     /// The strictly parsed manifest, or why there is none.
-    pub manifest: Result<Manifest, String>,
+    pub manifest: Result<Manifest, Invalid>,
 }
 
 /// One entry and the outcome of checking it (`Err` says why it is invalid).
-pub type Verified = (EntryInfo, Result<(), String>);
+pub type Verified = (EntryInfo, Result<(), Invalid>);
 
 /// What [`ArtifactCache::gc`] removes besides what is always removed (invalid entries, modules
 /// without a manifest, unused lock files, stale temp files).
@@ -120,7 +122,7 @@ pub struct ArtifactCache {
 enum Probe {
     Valid(Vec<u8>, Box<Manifest>),
     Missing,
-    Invalid(String),
+    Invalid(Invalid),
 }
 
 impl ArtifactCache {
@@ -380,8 +382,8 @@ impl ArtifactCache {
         let module_size = std::fs::metadata(&paths.module).ok().map(|m| m.len());
         let manifest = match std::fs::read(&paths.manifest) {
             Ok(b) => Manifest::parse(&b),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err("no manifest".into()),
-            Err(e) => Err(format!("manifest unreadable: {e}")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Invalid::NoManifest),
+            Err(e) => Err(Invalid::ManifestUnreadable(e.to_string())),
         };
         EntryInfo {
             entry,
@@ -395,14 +397,14 @@ impl ArtifactCache {
 }
 
 /// Full check of one listed entry, without a request to compare against.
-fn check_entry(info: &EntryInfo) -> Result<Manifest, String> {
+fn check_entry(info: &EntryInfo) -> Result<Manifest, Invalid> {
     let m = info.manifest.clone()?;
     if m.key != info.key || m.identity.entry != info.entry {
-        return Err("manifest belongs to another entry".into());
+        return Err(Invalid::OtherEntry);
     }
     let bytes = std::fs::read(&info.module_path).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => "no module file".to_owned(),
-        _ => format!("module unreadable: {e}"),
+        io::ErrorKind::NotFound => Invalid::NoModule,
+        _ => Invalid::ModuleUnreadable(e.to_string()),
     })?;
     m.check_module(&bytes)?;
     Ok(m)
@@ -436,21 +438,21 @@ fn probe(paths: &EntryPaths, identity: &Identity) -> Probe {
     let manifest = match std::fs::read(&paths.manifest) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Probe::Missing,
-        Err(e) => return Probe::Invalid(format!("manifest unreadable: {e}")),
+        Err(e) => return Probe::Invalid(Invalid::ManifestUnreadable(e.to_string())),
     };
     let manifest = match Manifest::parse(&manifest) {
         Ok(m) => m,
         Err(why) => return Probe::Invalid(why),
     };
     if let Some(field) = manifest.identity.first_difference(identity) {
-        return Probe::Invalid(format!("manifest {field} differs from the request"));
+        return Probe::Invalid(Invalid::DiffersFromRequest(field));
     }
     if manifest.key != identity.key() {
-        return Probe::Invalid("manifest key differs from the request".into());
+        return Probe::Invalid(Invalid::KeyDiffersFromRequest);
     }
     let bytes = match std::fs::read(&paths.module) {
         Ok(b) => b,
-        Err(e) => return Probe::Invalid(format!("module unreadable: {e}")),
+        Err(e) => return Probe::Invalid(Invalid::ModuleUnreadable(e.to_string())),
     };
     match manifest.check_module(&bytes) {
         Ok(()) => Probe::Valid(bytes, Box::new(manifest)),

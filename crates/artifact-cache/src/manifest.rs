@@ -3,7 +3,8 @@
 //! Parsing is strict (`deny_unknown_fields` everywhere): a manifest this code did not write, or
 //! one from a future layout, is invalid and the entry is rebuilt, never loaded on a guess.
 
-use super::identity::{is_key, sha256_hex, Identity};
+use crate::identity::{is_key, sha256_hex, Identity};
+use crate::Invalid;
 use serde::{Deserialize, Serialize};
 
 /// Manifest layout version; see also [`super::identity::IDENTITY_VERSION`].
@@ -41,17 +42,17 @@ impl Manifest {
 
     /// Strict parse plus self-consistency: known format, and the key is the one the recorded
     /// identity hashes to (a hand-edited identity field does not survive this).
-    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
-        let m: Manifest =
-            serde_json::from_slice(bytes).map_err(|e| format!("manifest does not parse: {e}"))?;
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, Invalid> {
+        let m: Manifest = serde_json::from_slice(bytes)
+            .map_err(|e| Invalid::ManifestUnparsable(e.to_string()))?;
         if m.format != MANIFEST_FORMAT {
-            return Err(format!(
-                "manifest format {} (this build reads {MANIFEST_FORMAT})",
-                m.format
-            ));
+            return Err(Invalid::Format {
+                found: m.format,
+                reads: MANIFEST_FORMAT,
+            });
         }
         if !is_key(&m.key) || m.key != m.identity.key() {
-            return Err("manifest key does not match its recorded identity".into());
+            return Err(Invalid::KeyNotIdentity);
         }
         Ok(m)
     }
@@ -63,16 +64,15 @@ impl Manifest {
     }
 
     /// Do these module bytes match the manifest (length, then sha256)?
-    pub fn check_module(&self, module: &[u8]) -> Result<(), String> {
+    pub fn check_module(&self, module: &[u8]) -> Result<(), Invalid> {
         if module.len() as u64 != self.module_len {
-            return Err(format!(
-                "module is {} bytes, manifest says {}",
-                module.len(),
-                self.module_len
-            ));
+            return Err(Invalid::ModuleLength {
+                found: module.len() as u64,
+                expected: self.module_len,
+            });
         }
         if sha256_hex(module) != self.module_sha256 {
-            return Err("module sha256 does not match the manifest".into());
+            return Err(Invalid::ModuleHash);
         }
         Ok(())
     }
@@ -80,8 +80,8 @@ impl Manifest {
 
 #[cfg(test)]
 mod tests {
-    use super::super::identity::{CompilerIdentity, ModuleRequest, WeightSpec};
     use super::*;
+    use crate::identity::{CompilerIdentity, ModuleRequest, WeightSpec};
 
     fn manifest() -> Manifest {
         let w = [WeightSpec::new("w", "f32", &[2, 2])];
@@ -110,7 +110,7 @@ mod tests {
         assert!(parsed.check_module(b"module byte").is_err());
     }
 
-    fn edited(f: impl FnOnce(&mut serde_json::Value)) -> Result<Manifest, String> {
+    fn edited(f: impl FnOnce(&mut serde_json::Value)) -> Result<Manifest, Invalid> {
         let mut v: serde_json::Value = serde_json::from_slice(&manifest().to_json()).unwrap();
         f(&mut v);
         Manifest::parse(&serde_json::to_vec(&v).unwrap())

@@ -6,13 +6,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::Invalid;
+
 /// One thing a user waiting on the cache should know about.
 #[derive(Debug, Clone, Copy)]
 pub enum CacheEvent<'a> {
     /// Another thread or process holds the entry's lock (it is compiling); this call waits.
     Waiting { entry: &'a str },
     /// The published entry failed verification and is compiled again.
-    Rebuilding { entry: &'a str, why: &'a str },
+    Rebuilding { entry: &'a str, why: &'a Invalid },
     /// A compile of `entry` starts now.
     Compiling { entry: &'a str },
     /// The compile of `entry` ended (successfully or not) after `elapsed`.

@@ -41,15 +41,18 @@ pub enum ResampleMode {
     Reference,
 }
 
+/// A resample mode name that is neither `polyphase` nor `reference`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown resample mode {0:?} (expected polyphase or reference)")]
+pub struct UnknownResampleMode(pub String);
+
 impl std::str::FromStr for ResampleMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownResampleMode;
+    fn from_str(s: &str) -> Result<Self, UnknownResampleMode> {
         match s {
             "polyphase" => Ok(Self::Polyphase),
             "reference" => Ok(Self::Reference),
-            other => Err(format!(
-                "unknown resample mode {other:?} (expected polyphase or reference)"
-            )),
+            other => Err(UnknownResampleMode(other.to_owned())),
         }
     }
 }

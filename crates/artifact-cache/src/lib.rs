@@ -2,13 +2,13 @@
 //! artifact cache", and `docs/phi4mm-model.md` §12.6).
 //!
 //! - Identity ([`identity`]): sha256 over entry, config identity, compiler identity, MLIR sha256
-//!   and weight schema, in that order. The key names the files ([`layout`]).
+//!   and weight schema, in that order. The key names the files (`layout.rs`).
 //! - Load: read manifest and module once; every identity field must equal the request's and the
 //!   module's sha256 the manifest's; only then are *those same bytes* returned. Anything else is
 //!   rebuilt, never loaded.
-//! - Publication: compile under the entry's flock ([`lock`]); re-check after acquiring (someone
+//! - Publication: compile under the entry's flock (`lock.rs`); re-check after acquiring (someone
 //!   may have published meanwhile); module then manifest, each via temp file + fsync + rename.
-//! - Stale temp files are swept by lock state, not age ([`sweep`]).
+//! - Stale temp files are swept by lock state, not age (`sweep.rs`).
 //!
 //! Plain files, hashes and locks: no dependency on the IREE crates (or on any other workspace
 //! crate), so the `phi4mm cache` CLI and the plugin's stats work without the `iree` feature, and

@@ -1,10 +1,18 @@
 //! The `switchyard` command line.
 
-use crate::{config, registry, runtime::Runtime, server};
+use crate::{
+    config, registry,
+    runtime::Runtime,
+    server::{
+        self,
+        event_stream::{EventStream, Step},
+    },
+};
 use abi_stable::std_types::{ROption, RVec};
 use clap::{Parser, Subcommand};
+use futures_util::StreamExt;
 use std::{io::Write, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
-use switchyard_plugin_api::{Endpoint, Event, Message, Part, Request, Role, SamplingParams};
+use switchyard_plugin_api::{Endpoint, Message, Part, Request, Role, SamplingParams};
 
 #[derive(Parser)]
 #[command(
@@ -221,20 +229,19 @@ fn run(
             .first()
             .expect("resolve returns at least one")
             .clone();
-        let (mut admission, mut events) = instance
-            .submit(request)
+        let started = std::time::Instant::now();
+        let events = EventStream::open(&instance, request, &runtime.metrics, &model, started)
             .map_err(|r| anyhow::anyhow!("{} refused the request: {r:?}", instance.name))?;
+        let mut steps = std::pin::pin!(events.into_steps());
         let mut stdout = std::io::stdout();
         let mut code = ExitCode::SUCCESS;
-        while let Some(event) = events.recv().await {
-            match event {
-                Event::Started { .. } => {}
-                Event::Token { text, .. } => {
+        while let Some(step) = steps.next().await {
+            match step {
+                Step::Token { text, .. } => {
                     write!(stdout, "{text}")?;
                     stdout.flush()?;
                 }
-                Event::Finished { reason, usage } => {
-                    admission.mark_finished();
+                Step::Finished { reason, usage } => {
                     writeln!(stdout)?;
                     eprintln!(
                         "[{} via {}: {} prompt + {} completion tokens, finish: {}]",
@@ -244,17 +251,13 @@ fn run(
                         usage.completion_tokens,
                         reason.as_openai()
                     );
-                    break;
                 }
-                Event::Failed(e) => {
-                    admission.mark_finished();
-                    eprintln!("\nerror: {e}");
+                Step::Failed(failure) => {
+                    eprintln!("\nerror: {failure}");
                     code = ExitCode::FAILURE;
-                    break;
                 }
             }
         }
-        drop(admission);
         runtime.shutdown(std::time::Duration::from_secs(5)).await;
         Ok::<_, anyhow::Error>(code)
     })

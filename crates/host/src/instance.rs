@@ -28,6 +28,16 @@ pub enum InstanceState {
 }
 
 impl InstanceState {
+    /// As in `/ready`, `/admin/status` and the `state` metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Warming => "warming",
+            Self::Ready => "ready",
+            Self::Draining => "draining",
+            Self::Stopped => "stopped",
+        }
+    }
+
     fn from_u8(v: u8) -> Self {
         match v {
             0 => Self::Warming,

@@ -7,7 +7,7 @@
 use crate::{
     config::{self, ValidConfig},
     instance::{Instance, InstanceState},
-    metrics::Metrics,
+    metrics::{self, Metrics},
     registry::{LoadedPlugin, Registry, RegistryError},
     router::RouteTable,
 };
@@ -156,6 +156,47 @@ impl Runtime {
         self.retired.lock().unwrap().iter().cloned().collect()
     }
 
+    /// What the gauges show now: the current instances, then the retired ones still stopping.
+    pub fn metrics_snapshot(&self) -> metrics::Snapshot {
+        let generation = self.current();
+        let retiring = self
+            .retired_instances()
+            .into_iter()
+            .filter(|i| i.state() != InstanceState::Stopped);
+        let instances = generation
+            .instances()
+            .cloned()
+            .chain(retiring)
+            .map(|instance| {
+                let stats = instance.stats();
+                let state = instance.state();
+                metrics::InstanceGauges {
+                    labels: metrics::InstanceLabels {
+                        instance: instance.name.clone(),
+                        plugin: instance.plugin.manifest.name.to_string(),
+                        plugin_version: instance.plugin.version().to_string(),
+                    },
+                    in_flight: instance.in_flight(),
+                    queued: stats.queued,
+                    running: stats.running,
+                    free_slots: stats.free_slots,
+                    adapter_rows: stats
+                        .adapters
+                        .iter()
+                        .map(|a| (a.adapter.to_string(), a.rows))
+                        .collect(),
+                    state: state.name(),
+                    ready: state == InstanceState::Ready,
+                }
+            })
+            .collect();
+        metrics::Snapshot {
+            instances,
+            retired_libraries: self.retired_libraries(),
+            loaded_libraries: self.registry.loaded_count(),
+        }
+    }
+
     /// Reloads from the config file.
     pub async fn reload_from_file(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
         let path = self.config_path.clone().ok_or(ReloadError::NoSource)?;
@@ -172,18 +213,12 @@ impl Runtime {
         let result = self.build_and_swap(config, started).await;
         match &result {
             Ok(report) => {
-                self.metrics
-                    .reloads
-                    .get_or_create(&vec![("result".into(), "ok".into())])
-                    .inc();
+                self.metrics.reload(true);
                 tracing::info!(generation = report.generation, created = ?report.created, reused = ?report.reused,
                     retiring = ?report.retiring, "reload applied");
             }
             Err(e) => {
-                self.metrics
-                    .reloads
-                    .get_or_create(&vec![("result".into(), "failed".into())])
-                    .inc();
+                self.metrics.reload(false);
                 tracing::error!(error = %e, "reload failed; the previous configuration keeps serving");
             }
         }

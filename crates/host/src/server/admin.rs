@@ -1,15 +1,50 @@
 //! `/admin/reload` and `/admin/status`. Served on the loopback admin listener, and on the main
-//! listener only behind a bearer token (see [`super::require_token`]).
+//! listener only behind a bearer token (see [`require_token`]).
 
+use super::error::ApiError;
 use crate::{instance::Instance, runtime::Runtime};
 use axum::{
-    extract::State,
-    http::StatusCode,
+    extract::{Request, State},
+    http::{header, StatusCode},
+    middleware::Next,
     response::{IntoResponse, Response},
-    Json,
+    routing::{get, post},
+    Json, Router,
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
+
+pub fn routes() -> Router<Arc<Runtime>> {
+    Router::new()
+        .route("/admin/reload", post(reload))
+        .route("/admin/status", get(status))
+}
+
+/// The main listener's guard on the admin routes (`axum::middleware::from_fn_with_state`).
+pub async fn require_token(
+    State(token): State<Arc<String>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let expected = format!("Bearer {token}");
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    // Compare without early exit so the token cannot be guessed byte by byte from timing.
+    let ok = given.is_some_and(|g| {
+        g.len() == expected.len()
+            && g.bytes()
+                .zip(expected.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        next.run(request).await
+    } else {
+        ApiError::unauthorized().into_response()
+    }
+}
 
 pub async fn reload(State(runtime): State<Arc<Runtime>>) -> Response {
     match runtime.reload_from_file().await {

@@ -46,7 +46,7 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
 }
 
 pub async fn metrics(State(runtime): State<Arc<Runtime>>) -> Response {
-    let text = runtime.metrics.render(&runtime);
+    let text = runtime.metrics.render(&runtime.metrics_snapshot());
     (
         [(
             header::CONTENT_TYPE,

@@ -4,44 +4,41 @@ mod admin;
 mod chat;
 mod dispatch;
 pub mod error;
+pub mod event_stream;
 mod health;
 mod logprobs;
 mod openai;
+pub mod outcome;
 mod record;
 mod transcriptions;
 
-use crate::{instance::Instance, runtime::Runtime};
+use crate::{instance::endpoint_name, metrics::Metrics, runtime::Runtime};
 use axum::{
-    extract::{DefaultBodyLimit, Request, State},
-    http::{header, HeaderMap, HeaderName, HeaderValue},
-    middleware::{self, Next},
-    response::{IntoResponse, Response},
+    extract::DefaultBodyLimit,
+    middleware,
     routing::{get, post},
     Router,
 };
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use switchyard_plugin_api::Endpoint;
 
-/// Names the instance and plugin version that served a response.
-pub const SERVED_BY_INSTANCE: &str = "x-switchyard-instance";
-pub const SERVED_BY_PLUGIN: &str = "x-switchyard-plugin";
-
-pub fn served_by_headers(instance: &Instance) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&instance.name) {
-        headers.insert(HeaderName::from_static(SERVED_BY_INSTANCE), v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&instance.plugin_label()) {
-        headers.insert(HeaderName::from_static(SERVED_BY_PLUGIN), v);
-    }
-    headers
-}
-
-fn api_routes() -> Router<Arc<Runtime>> {
+fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
+    // Each API route writes down its responses' outcomes (`x-switchyard-*` headers, refusals)
+    // under its endpoint's name.
+    let outcomes = |endpoint: Endpoint| {
+        middleware::map_response_with_state(
+            (metrics.clone(), endpoint_name(endpoint)),
+            outcome::record,
+        )
+    };
     Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route(
+            "/v1/chat/completions",
+            post(chat::chat_completions).layer(outcomes(Endpoint::Chat)),
+        )
         .route(
             "/v1/audio/transcriptions",
-            post(transcriptions::transcriptions),
+            post(transcriptions::transcriptions).layer(outcomes(Endpoint::Transcription)),
         )
         .route("/v1/models", get(health::models))
         .route("/health", get(health::health))
@@ -49,41 +46,14 @@ fn api_routes() -> Router<Arc<Runtime>> {
         .route("/metrics", get(health::metrics))
 }
 
-fn admin_routes() -> Router<Arc<Runtime>> {
-    Router::new()
-        .route("/admin/reload", post(admin::reload))
-        .route("/admin/status", get(admin::status))
-}
-
-async fn require_token(State(token): State<Arc<String>>, request: Request, next: Next) -> Response {
-    let expected = format!("Bearer {token}");
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    // Compare without early exit so the token cannot be guessed byte by byte from timing.
-    let ok = given.is_some_and(|g| {
-        g.len() == expected.len()
-            && g.bytes()
-                .zip(expected.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    });
-    if ok {
-        next.run(request).await
-    } else {
-        error::ApiError::unauthorized().into_response()
-    }
-}
-
 /// The main listener's router: the API, plus admin behind a bearer token when one is configured.
 pub fn main_router(runtime: Arc<Runtime>) -> Router {
     let server = runtime.current().config.server.clone();
-    let mut router = api_routes();
+    let mut router = api_routes(&runtime.metrics);
     if let Some(token) = server.admin_token.clone() {
-        router = router.merge(admin_routes().layer(middleware::from_fn_with_state(
+        router = router.merge(admin::routes().layer(middleware::from_fn_with_state(
             Arc::new(token),
-            require_token,
+            admin::require_token,
         )));
     }
     router
@@ -93,7 +63,7 @@ pub fn main_router(runtime: Arc<Runtime>) -> Router {
 
 /// The admin listener's router (loopback only; no token needed).
 pub fn admin_router(runtime: Arc<Runtime>) -> Router {
-    admin_routes()
+    admin::routes()
         .route("/health", get(health::health))
         .with_state(runtime)
 }

@@ -51,20 +51,20 @@ pub async fn reload(State(runtime): State<Arc<Runtime>>) -> Response {
         Ok(report) => (StatusCode::OK, Json(json!({"ok": true, "report": report}))).into_response(),
         Err(e) => {
             let status = match e {
-                crate::runtime::ReloadError::NoSource => StatusCode::CONFLICT,
-                crate::runtime::ReloadError::Config(_) => StatusCode::BAD_REQUEST,
+                crate::reload::ReloadError::NoSource => StatusCode::CONFLICT,
+                crate::reload::ReloadError::Config(_) => StatusCode::BAD_REQUEST,
                 _ => StatusCode::UNPROCESSABLE_ENTITY,
             };
             let body = json!({"ok": false, "error": e.to_string(),
-                              "serving_generation": runtime.current().id});
+                              "serving_generation": runtime.current().generation});
             (status, Json(body)).into_response()
         }
     }
 }
 
 pub async fn status(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
-    let generation = runtime.current();
-    let used: Vec<&str> = generation
+    let deployment = runtime.current();
+    let used: Vec<&str> = deployment
         .plugins
         .iter()
         .map(|p| p.sha256.as_str())
@@ -85,12 +85,12 @@ pub async fn status(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
         p["name"].as_str().unwrap_or_default().to_string()
             + p["version"].as_str().unwrap_or_default()
     });
-    let mut instances: Vec<Value> = generation.instances().map(describe).collect();
+    let mut instances: Vec<Value> = deployment.instances().map(describe).collect();
     instances.sort_by_key(|i| i["name"].as_str().unwrap_or_default().to_string());
     let retired: Vec<Value> = runtime.retired_instances().iter().map(describe).collect();
     Json(json!({
-        "generation": generation.id,
-        "config": generation.config.source,
+        "generation": deployment.generation,
+        "config": deployment.config.source(),
         "plugins": plugins,
         "instances": instances,
         "retired_instances": retired,

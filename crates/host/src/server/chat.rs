@@ -46,7 +46,7 @@ pub async fn chat_completions(
         model: request.model.clone(),
     };
     let logprobs = request.logprobs_format();
-    let retry_after = runtime.current().config.server.retry_after_secs;
+    let retry_after = runtime.current().config.server().retry_after_secs;
     if request.stream {
         let options = StreamOptions {
             include_usage: request.include_usage(),

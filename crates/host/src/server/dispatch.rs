@@ -17,17 +17,17 @@ pub fn dispatch(
     request: Request,
     started: Instant,
 ) -> Result<EventStream, ApiError> {
-    let retry_after = runtime.current().config.server.retry_after_secs;
+    let retry_after = runtime.current().config.server().retry_after_secs;
     let modality = request.modality();
     let mut last_generation = None;
     for _ in 0..RESOLVE_ATTEMPTS {
-        let generation = runtime.current();
-        if last_generation == Some(generation.id) {
+        let deployment = runtime.current();
+        if last_generation == Some(deployment.generation) {
             break;
         }
-        last_generation = Some(generation.id);
+        last_generation = Some(deployment.generation);
         let candidates =
-            generation
+            deployment
                 .table
                 .resolve(model, modality, headers)
                 .map_err(|e| match e {
@@ -60,7 +60,7 @@ pub fn dispatch(
         }
         // Only draining/stopped instances: a reload may have just swapped the table.
         if let Some(m) = unavailable {
-            if runtime.current().id == generation.id {
+            if runtime.current().generation == deployment.generation {
                 return Err(ApiError::unavailable(m));
             }
         }

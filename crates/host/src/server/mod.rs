@@ -12,14 +12,14 @@ pub mod outcome;
 mod record;
 mod transcriptions;
 
-use crate::{instance::endpoint_name, metrics::Metrics, runtime::Runtime};
+use crate::{instance::endpoint_name, metrics::Metrics, reload, runtime::Runtime};
 use axum::{
     extract::DefaultBodyLimit,
     middleware,
     routing::{get, post},
     Router,
 };
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 use switchyard_plugin_api::Endpoint;
 
 fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
@@ -48,7 +48,7 @@ fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
 
 /// The main listener's router: the API, plus admin behind a bearer token when one is configured.
 pub fn main_router(runtime: Arc<Runtime>) -> Router {
-    let server = runtime.current().config.server.clone();
+    let server = runtime.current().config.server().clone();
     let mut router = api_routes(&runtime.metrics);
     if let Some(token) = server.admin_token.clone() {
         router = router.merge(admin::routes().layer(middleware::from_fn_with_state(
@@ -73,12 +73,23 @@ pub struct Listeners {
     pub admin: Option<SocketAddr>,
 }
 
-/// Serves until SIGINT/SIGTERM, reloading on SIGHUP and (opt-in) when the config file changes.
+/// Why serving stopped with an error. The messages are those of the underlying errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Binding or serving a listener.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Watching the config file (`server.watch_config`).
+    #[error(transparent)]
+    Watch(#[from] notify::Error),
+}
+
+/// Serves until SIGINT/SIGTERM, with the reload triggers running (see `crate::reload::triggers`).
 pub async fn serve(
     runtime: Arc<Runtime>,
     listen: SocketAddr,
     admin: Option<SocketAddr>,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     let main = tokio::net::TcpListener::bind(listen).await?;
     let main_addr = main.local_addr()?;
     tracing::info!(%main_addr, "listening");
@@ -108,16 +119,11 @@ pub async fn serve(
                 .await
         });
     }
-    spawn_sighup_reloader(runtime.clone());
-    if runtime.current().config.server.watch_config {
-        if let Some(path) = runtime.config_path().map(PathBuf::from) {
-            spawn_config_watcher(runtime.clone(), path)?;
-        }
-    }
+    reload::triggers::spawn(&runtime)?;
 
     wait_for_termination().await;
     tracing::info!("shutting down: draining instances");
-    let deadline = Duration::from_secs_f64(runtime.current().config.server.drain_timeout_secs);
+    let deadline = Duration::from_secs_f64(runtime.current().config.server().drain_timeout_secs);
     let _ = stop_tx.send(true);
     runtime.shutdown(deadline).await;
     while tasks.join_next().await.is_some() {}
@@ -131,53 +137,4 @@ async fn wait_for_termination() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-}
-
-fn spawn_sighup_reloader(runtime: Arc<Runtime>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot install the SIGHUP handler; reload with POST /admin/reload");
-        return;
-    };
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading the configuration");
-            let _ = runtime.reload_from_file().await;
-        }
-    });
-}
-
-/// Watches the config file's directory (editors replace files by rename) and reloads after the
-/// writes settle.
-fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> anyhow::Result<()> {
-    use notify::{RecursiveMode, Watcher};
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let file_name = path.file_name().map(|n| n.to_os_string());
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event {
-            if event
-                .paths
-                .iter()
-                .any(|p| p.file_name().map(|n| n.to_os_string()) == file_name)
-            {
-                let _ = tx.send(());
-            }
-        }
-    })?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    watcher.watch(dir, RecursiveMode::NonRecursive)?;
-    tokio::spawn(async move {
-        let _keep_alive = watcher;
-        while rx.recv().await.is_some() {
-            // Debounce: editors write in several steps.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            while rx.try_recv().is_ok() {}
-            tracing::info!("config file changed: reloading");
-            let _ = runtime.reload_from_file().await;
-        }
-    });
-    Ok(())
 }

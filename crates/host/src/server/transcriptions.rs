@@ -157,7 +157,7 @@ pub async fn transcriptions(
     let events = dispatch(&runtime, &model, &headers, request, started)
         .map_err(|e| Refused::new(&model, e))?;
     let instance = events.instance().clone();
-    let retry_after = runtime.current().config.server.retry_after_secs;
+    let retry_after = runtime.current().config.server().retry_after_secs;
     let response = if form.stream {
         stream_transcript(events, retry_after).into_response()
     } else {

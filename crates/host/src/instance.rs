@@ -308,3 +308,21 @@ pub fn fingerprint(config: &ModelConfig, plugin_sha: &str) -> String {
         config.max_in_flight
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::InstanceState;
+
+    #[test]
+    fn state_names_are_the_json_names() {
+        for state in [
+            InstanceState::Warming,
+            InstanceState::Ready,
+            InstanceState::Draining,
+            InstanceState::Stopped,
+        ] {
+            let json = serde_json::to_value(state).unwrap();
+            assert_eq!(json.as_str(), Some(state.name()));
+        }
+    }
+}

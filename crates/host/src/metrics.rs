@@ -202,48 +202,8 @@ impl Metrics {
 
     /// The text exposition: the counters, then the gauges of `snapshot`.
     pub fn render(&self, snapshot: &Snapshot) -> String {
-        let in_flight = Family::<InstanceLabels, Gauge>::default();
-        let queue_depth = Family::<InstanceLabels, Gauge>::default();
-        let running = Family::<InstanceLabels, Gauge>::default();
-        let free_slots = Family::<InstanceLabels, Gauge>::default();
-        let adapter_rows = Family::<AdapterLabels, Gauge>::default();
-        let instance_ready = Family::<StateLabels, Gauge>::default();
-        for i in &snapshot.instances {
-            let InstanceLabels {
-                instance,
-                plugin,
-                plugin_version,
-            } = i.labels.clone();
-            in_flight.get_or_create(&i.labels).set(i.in_flight.into());
-            queue_depth.get_or_create(&i.labels).set(i.queued.into());
-            running.get_or_create(&i.labels).set(i.running.into());
-            free_slots.get_or_create(&i.labels).set(i.free_slots.into());
-            for (adapter, rows) in &i.adapter_rows {
-                let labels = AdapterLabels {
-                    instance: instance.clone(),
-                    plugin: plugin.clone(),
-                    plugin_version: plugin_version.clone(),
-                    adapter: adapter.clone(),
-                };
-                adapter_rows.get_or_create(&labels).set((*rows).into());
-            }
-            let labels = StateLabels {
-                instance,
-                plugin,
-                plugin_version,
-                state: i.state,
-            };
-            instance_ready
-                .get_or_create(&labels)
-                .set(i64::from(i.ready));
-        }
-        let retired_libraries = Gauge::<i64>::default();
-        retired_libraries.set(snapshot.retired_libraries as i64);
-        let loaded_libraries = Gauge::<i64>::default();
-        loaded_libraries.set(snapshot.loaded_libraries as i64);
-
-        // A registry per scrape: the counters are shared handles, the gauges exist only for this
-        // snapshot, so two scrapes at once cannot see each other's half-written gauges.
+        // A registry per scrape: the counters are shared handles, and the gauges exist only for
+        // this snapshot, so two scrapes at once cannot see each other's half-written gauges.
         let mut registry = Registry::with_prefix("switchyard");
         registry.register(
             "requests",
@@ -265,48 +225,90 @@ impl Metrics {
             "Time from admission to the first token",
             self.time_to_first_token.clone(),
         );
-        registry.register(
-            "reloads",
-            "Configuration reloads by result",
-            self.reloads.clone(),
-        );
-        registry.register(
-            "in_flight",
-            "Requests admitted and not finished, per instance and plugin version",
-            in_flight,
-        );
-        registry.register(
-            "queue_depth",
-            "Requests queued inside the plugin",
-            queue_depth,
-        );
-        registry.register(
-            "running",
-            "Requests being computed inside the plugin",
-            running,
-        );
-        registry.register("free_slots", "Slots free inside the plugin", free_slots);
+        let reloads_help = "Configuration reloads by result";
+        registry.register("reloads", reloads_help, self.reloads.clone());
+
+        for (name, help, value) in PER_INSTANCE {
+            let family = Family::<InstanceLabels, Gauge>::default();
+            for i in &snapshot.instances {
+                family.get_or_create(&i.labels).set(value(i).into());
+            }
+            registry.register(name, help, family);
+        }
+        let adapter_rows = Family::<AdapterLabels, Gauge>::default();
+        let instance_ready = Family::<StateLabels, Gauge>::default();
+        for i in &snapshot.instances {
+            let InstanceLabels {
+                instance,
+                plugin,
+                plugin_version,
+            } = &i.labels;
+            for (adapter, rows) in &i.adapter_rows {
+                let labels = AdapterLabels {
+                    instance: instance.clone(),
+                    plugin: plugin.clone(),
+                    plugin_version: plugin_version.clone(),
+                    adapter: adapter.clone(),
+                };
+                adapter_rows.get_or_create(&labels).set((*rows).into());
+            }
+            let labels = StateLabels {
+                instance: instance.clone(),
+                plugin: plugin.clone(),
+                plugin_version: plugin_version.clone(),
+                state: i.state,
+            };
+            instance_ready
+                .get_or_create(&labels)
+                .set(i64::from(i.ready));
+        }
         registry.register("adapter_rows", "Running rows per adapter", adapter_rows);
-        registry.register(
-            "instance_ready",
-            "1 when the instance is ready, by state",
-            instance_ready,
-        );
-        registry.register(
-            "retired_libraries",
-            "Plugin libraries mapped but no longer used",
-            retired_libraries,
-        );
-        registry.register(
-            "loaded_libraries",
-            "Plugin libraries mapped in this process",
-            loaded_libraries,
-        );
+        let ready_help = "1 when the instance is ready, by state";
+        registry.register("instance_ready", ready_help, instance_ready);
+
+        for (name, help, value) in [
+            (
+                "retired_libraries",
+                "Plugin libraries mapped but no longer used",
+                snapshot.retired_libraries,
+            ),
+            (
+                "loaded_libraries",
+                "Plugin libraries mapped in this process",
+                snapshot.loaded_libraries,
+            ),
+        ] {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(value as i64);
+            registry.register(name, help, gauge);
+        }
         let mut out = String::new();
         encode(&mut out, &registry).expect("writing to a String cannot fail");
         out
     }
 }
+
+/// A gauge with one value per instance: name, help, and the value.
+type PerInstanceGauge = (&'static str, &'static str, fn(&InstanceGauges) -> u32);
+
+const PER_INSTANCE: [PerInstanceGauge; 4] = [
+    (
+        "in_flight",
+        "Requests admitted and not finished, per instance and plugin version",
+        |i| i.in_flight,
+    ),
+    ("queue_depth", "Requests queued inside the plugin", |i| {
+        i.queued
+    }),
+    (
+        "running",
+        "Requests being computed inside the plugin",
+        |i| i.running,
+    ),
+    ("free_slots", "Slots free inside the plugin", |i| {
+        i.free_slots
+    }),
+];
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! Creating and warming one model instance for a reload: the host services a plugin gets, the
 //! plugin's `create_model`, then its warm-up. Blocking; the reload runs it off the async threads.
 
-use super::ReloadError;
+use super::error::ReloadError;
 use crate::{config::ModelConfig, instance::Instance, registry::LoadedPlugin};
 use abi_stable::std_types::{RResult, RStr};
 use std::{path::Path, sync::Arc};

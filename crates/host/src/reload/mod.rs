@@ -4,7 +4,10 @@
 //! `POST /admin/reload` (SIGHUP, a watched config file) are in [`triggers`].
 
 mod create;
+mod error;
 pub mod triggers;
+
+pub use error::ReloadError;
 
 use crate::{
     config::{self, ValidConfig},
@@ -30,36 +33,6 @@ pub struct ReloadReport {
     pub plugins: Vec<String>,
     pub retired_libraries: usize,
     pub duration_ms: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
-    #[error("{0}")]
-    Config(#[from] config::ConfigErrors),
-    #[error("{0}")]
-    Plugin(#[from] RegistryError),
-    #[error("models[{index}] ({name}): plugin {plugin} has no model kind {kind:?} (it has {available:?})")]
-    UnknownKind {
-        index: usize,
-        name: String,
-        plugin: String,
-        kind: String,
-        available: Vec<String>,
-    },
-    #[error("models[{index}] ({name}): creation failed: {message}")]
-    Create {
-        index: usize,
-        name: String,
-        message: String,
-    },
-    #[error("models[{index}] ({name}): warm-up failed: {message}")]
-    Warm {
-        index: usize,
-        name: String,
-        message: String,
-    },
-    #[error("no config file to reload from")]
-    NoSource,
 }
 
 impl Runtime {

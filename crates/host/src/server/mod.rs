@@ -95,29 +95,13 @@ pub async fn serve(
     tracing::info!(%main_addr, "listening");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
-    {
-        let mut stop = stop_rx.clone();
-        let app = main_router(runtime.clone());
-        tasks.spawn(async move {
-            axum::serve(main, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
-    }
+    let app = main_router(runtime.clone());
+    tasks.spawn(serve_until_stopped(main, app, stop_rx.clone()));
     if let Some(addr) = admin {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(admin_addr = %listener.local_addr()?, "admin listening");
-        let mut stop = stop_rx.clone();
         let app = admin_router(runtime.clone());
-        tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        tasks.spawn(serve_until_stopped(listener, app, stop_rx.clone()));
     }
     reload::triggers::spawn(&runtime)?;
 
@@ -128,6 +112,19 @@ pub async fn serve(
     runtime.shutdown(deadline).await;
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Serves `app` on `listener` until `stop` turns true, then finishes the open connections.
+async fn serve_until_stopped(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await
 }
 
 async fn wait_for_termination() {

@@ -107,3 +107,35 @@ pub async fn record(
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Snapshot;
+
+    #[tokio::test]
+    async fn a_refusal_is_counted_once_under_the_routes_endpoint() {
+        let metrics = Metrics::new();
+        let refused = Refused::new("chat", ApiError::not_found_model("no such model"));
+        let state = State((metrics.clone(), "transcription"));
+        let response = record(state, refused.into_response()).await;
+        assert_eq!(response.status().as_u16(), 404);
+        assert!(response.extensions().get::<Outcome>().is_none());
+        assert!(response.headers().get(SERVED_BY_INSTANCE).is_none());
+
+        // A response that says nothing (health, an extractor's own rejection) is left alone.
+        let plain = record(State((metrics.clone(), "chat")), "ok".into_response()).await;
+        assert_eq!(plain.status().as_u16(), 200);
+
+        let text = metrics.render(&Snapshot::default());
+        let line = r#"switchyard_requests_total{instance="",plugin_version="",model="chat",endpoint="transcription",status="404"} 1"#;
+        assert!(text.contains(line), "{text}");
+        let line = r#"switchyard_request_errors_total{instance="",plugin_version="",kind="model_not_found"} 1"#;
+        assert!(text.contains(line), "{text}");
+        assert_eq!(
+            text.matches("switchyard_requests_total{").count(),
+            1,
+            "{text}"
+        );
+    }
+}

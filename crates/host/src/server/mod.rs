@@ -68,11 +68,6 @@ pub fn admin_router(runtime: Arc<Runtime>) -> Router {
         .with_state(runtime)
 }
 
-pub struct Listeners {
-    pub main: SocketAddr,
-    pub admin: Option<SocketAddr>,
-}
-
 /// Why serving stopped with an error. The messages are those of the underlying errors.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

@@ -33,23 +33,7 @@ enum Command {
         admin_listen: Option<SocketAddr>,
     },
     /// Send one request to a model from the command line and stream the answer.
-    Run {
-        #[arg(long)]
-        config: PathBuf,
-        /// Requested model name (a route or an instance name).
-        #[arg(long)]
-        model: String,
-        #[arg(long, default_value = "")]
-        prompt: String,
-        #[arg(long)]
-        image: Vec<PathBuf>,
-        #[arg(long)]
-        audio: Vec<PathBuf>,
-        #[arg(long)]
-        max_tokens: Option<u32>,
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-    },
+    Run(run::RunArgs),
     /// Plugin files.
     Plugins {
         #[command(subcommand)]
@@ -88,15 +72,7 @@ pub fn main() -> ExitCode {
             listen,
             admin_listen,
         } => serve(config, listen, admin_listen),
-        Command::Run {
-            config,
-            model,
-            prompt,
-            image,
-            audio,
-            max_tokens,
-            temperature,
-        } => run::run(config, model, prompt, image, audio, max_tokens, temperature),
+        Command::Run(args) => run::run(args),
         Command::Plugins {
             command: PluginsCommand::Inspect { file },
         } => check::inspect(file),

@@ -10,16 +10,35 @@ use futures_util::StreamExt;
 use std::{io::Write, path::PathBuf, process::ExitCode};
 use switchyard_plugin_api::{Endpoint, Message, Part, Request, Role, SamplingParams};
 
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    path: PathBuf,
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[arg(long)]
+    config: PathBuf,
+    /// Requested model name (a route or an instance name).
+    #[arg(long)]
     model: String,
+    #[arg(long, default_value = "")]
     prompt: String,
-    images: Vec<PathBuf>,
-    audios: Vec<PathBuf>,
+    #[arg(long)]
+    image: Vec<PathBuf>,
+    #[arg(long)]
+    audio: Vec<PathBuf>,
+    #[arg(long)]
     max_tokens: Option<u32>,
+    #[arg(long, default_value_t = 0.0)]
     temperature: f32,
-) -> anyhow::Result<ExitCode> {
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let RunArgs {
+        config: path,
+        model,
+        prompt,
+        image: images,
+        audio: audios,
+        max_tokens,
+        temperature,
+    } = args;
     let config = config::load(&path)?;
     let runtime = Runtime::for_config(&path, &config)?;
     let mut parts = Vec::new();

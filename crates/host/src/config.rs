@@ -4,8 +4,7 @@
 
 use serde::Deserialize;
 use std::{
-    collections::{HashMap, HashSet},
-    fmt,
+    collections::HashSet,
     net::SocketAddr,
     path::{Path, PathBuf},
 };
@@ -160,31 +159,98 @@ fn default_weight() -> u32 {
 }
 
 /// All the problems found in a config, each naming its key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {}", .0.join("; "))]
 pub struct ConfigErrors(pub Vec<String>);
 
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid configuration: {}", self.0.join("; "))
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
-
-/// A config that passed validation, with plugin paths made absolute.
+/// A config that passed validation, with plugin paths made absolute. It can only be read: a
+/// changed config has to pass [`validate`] again (or come from a method here that keeps it valid).
 #[derive(Debug, Clone)]
 pub struct ValidConfig {
-    pub config: Config,
-    pub source: Option<PathBuf>,
-    /// The directory relative paths are resolved against (the config file's), made absolute.
-    /// Plugins get it too, for the paths in their settings.
-    pub base_dir: PathBuf,
+    config: Config,
+    source: Option<PathBuf>,
+    base_dir: PathBuf,
 }
 
-impl std::ops::Deref for ValidConfig {
-    type Target = Config;
-    fn deref(&self) -> &Config {
-        &self.config
+impl ValidConfig {
+    /// No plugins, models or routes; the server defaults.
+    pub fn empty() -> Self {
+        let config: Config = serde_json::from_str("{}").expect("every key has a default");
+        validate(config, Path::new("."), None).expect("the empty config is valid")
+    }
+
+    pub fn server(&self) -> &ServerConfig {
+        &self.config.server
+    }
+
+    pub fn plugins(&self) -> &[PluginConfig] {
+        &self.config.plugins
+    }
+
+    pub fn models(&self) -> &[ModelConfig] {
+        &self.config.models
+    }
+
+    pub fn routes(&self) -> &[RouteConfig] {
+        &self.config.routes
+    }
+
+    /// The file it was read from, if any.
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
+    }
+
+    /// The directory relative paths are resolved against (the config file's), made absolute.
+    /// Plugins get it too, for the paths in their settings.
+    pub fn base_dir(&self) -> &Path {
+        &self.base_dir
+    }
+
+    /// Requested model names clients may use: route names and instance names.
+    pub fn public_model_names(&self) -> Vec<String> {
+        let mut seen = HashSet::new();
+        let mut names = Vec::new();
+        let from_routes = self.routes().iter().flat_map(|r| r.models.iter());
+        for name in from_routes.chain(self.models().iter().map(|m| &m.name)) {
+            if seen.insert(name.clone()) {
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
+    /// Only what a request for `model` can reach: the routes that answer it, and the models they
+    /// and `model` itself name. Still valid, since every name a kept route uses is kept.
+    pub fn reachable_from(&self, model: &str) -> Self {
+        let routes: Vec<RouteConfig> = self
+            .routes()
+            .iter()
+            .filter(|r| r.models.iter().any(|m| m == model))
+            .cloned()
+            .collect();
+        let wanted: HashSet<&str> = routes
+            .iter()
+            .flat_map(|r| {
+                let backends = r.backends.iter().map(|b| b.model.as_str());
+                backends.chain(r.fallbacks.iter().map(String::as_str))
+            })
+            .chain([model])
+            .collect();
+        let models = self
+            .models()
+            .iter()
+            .filter(|m| wanted.contains(m.name.as_str()))
+            .cloned()
+            .collect();
+        let config = Config {
+            models,
+            routes,
+            ..self.config.clone()
+        };
+        Self {
+            config,
+            ..self.clone()
+        }
     }
 }
 
@@ -360,30 +426,6 @@ pub fn validate(
     }
 }
 
-impl Config {
-    pub fn plugin(&self, name: &str) -> Option<&PluginConfig> {
-        self.plugins.iter().find(|p| p.name == name)
-    }
-
-    /// Requested model names clients may use: route names and instance names.
-    pub fn public_model_names(&self) -> Vec<String> {
-        let mut seen = HashSet::new();
-        let mut names = Vec::new();
-        let from_routes = self.routes.iter().flat_map(|r| r.models.iter());
-        for name in from_routes.chain(self.models.iter().map(|m| &m.name)) {
-            if seen.insert(name.clone()) {
-                names.push(name.clone());
-            }
-        }
-        names
-    }
-
-    /// Instance name → its config.
-    pub fn models_by_name(&self) -> HashMap<&str, &ModelConfig> {
-        self.models.iter().map(|m| (m.name.as_str(), m)).collect()
-    }
-}
-
 /// `$XDG_CACHE_HOME/switchyard`, else `~/.cache/switchyard`.
 pub fn default_cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
@@ -450,5 +492,63 @@ mod tests {
         let err = check("[server]\nadmin_listen = \"0.0.0.0:9\"\n").unwrap_err();
         assert!(err.to_string().contains("server.admin_listen"), "{err}");
         assert!(check("[server]\nadmin_listen = \"127.0.0.1:9\"\n").is_ok());
+    }
+
+    #[test]
+    fn reachable_from_keeps_a_models_routes_and_their_backends_only() {
+        let dir = std::env::temp_dir().join(format!("switchyard-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("p.so"), b"").unwrap();
+        let config = from_toml_str(
+            r#"
+            [[plugins]]
+            name = "p"
+            path = "p.so"
+            [[models]]
+            name = "a"
+            plugin = "p"
+            kind = "k"
+            [[models]]
+            name = "b"
+            plugin = "p"
+            kind = "k"
+            [[models]]
+            name = "c"
+            plugin = "p"
+            kind = "k"
+            [[models]]
+            name = "d"
+            plugin = "p"
+            kind = "k"
+            [[routes]]
+            models = ["chat"]
+            backends = [{ model = "a" }]
+            fallbacks = ["b"]
+            [[routes]]
+            models = ["other"]
+            backends = [{ model = "c" }]
+            "#,
+            &dir,
+        )
+        .unwrap();
+        let names = |c: &ValidConfig| {
+            c.models()
+                .iter()
+                .map(|m| m.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let chat = config.reachable_from("chat");
+        assert_eq!(names(&chat), ["a", "b"]);
+        assert_eq!(chat.routes().len(), 1);
+        assert_eq!(chat.public_model_names(), ["chat", "a", "b"]);
+        let direct = config.reachable_from("d");
+        assert_eq!(names(&direct), ["d"]);
+        assert!(direct.routes().is_empty());
+        assert_eq!(
+            names(&config),
+            ["a", "b", "c", "d"],
+            "the original is unchanged"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -28,6 +28,16 @@ pub enum InstanceState {
 }
 
 impl InstanceState {
+    /// As in `/ready`, `/admin/status` and the `state` metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Warming => "warming",
+            Self::Ready => "ready",
+            Self::Draining => "draining",
+            Self::Stopped => "stopped",
+        }
+    }
+
     fn from_u8(v: u8) -> Self {
         match v {
             0 => Self::Warming,
@@ -297,4 +307,22 @@ pub fn fingerprint(config: &ModelConfig, plugin_sha: &str) -> String {
         config.threads,
         config.max_in_flight
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InstanceState;
+
+    #[test]
+    fn state_names_are_the_json_names() {
+        for state in [
+            InstanceState::Warming,
+            InstanceState::Ready,
+            InstanceState::Draining,
+            InstanceState::Stopped,
+        ] {
+            let json = serde_json::to_value(state).unwrap();
+            assert_eq!(json.as_str(), Some(state.name()));
+        }
+    }
 }

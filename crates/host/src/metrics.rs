@@ -1,9 +1,12 @@
-//! Prometheus metrics. Counters and histograms are updated as requests finish; the gauges that
-//! describe instances (in flight, queue depth, slots, adapter rows, libraries) are read from the
-//! live state at scrape time, so they are never stale.
+//! Prometheus metrics. Counters and histograms are updated as requests end and reloads finish.
+//! The gauges that describe instances (in flight, queue depth, slots, adapter rows, state,
+//! libraries) are not kept here: the caller reads them from the live state at scrape time into a
+//! [`Snapshot`], and [`Metrics::render`] writes that snapshot out beside the counters, so a gauge
+//! is never stale. This module knows nothing else of the host: every label set is a typed struct
+//! below, and the label order on the wire is the field order.
 
 use prometheus_client::{
-    encoding::text::encode,
+    encoding::{text::encode, EncodeLabelSet},
     metrics::{
         counter::Counter,
         family::Family,
@@ -12,25 +15,110 @@ use prometheus_client::{
     },
     registry::Registry,
 };
+use std::time::Duration;
 
-pub type Labels = Vec<(String, String)>;
-type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+/// What served a request. Both values are empty for a request refused before admission.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServedBy {
+    pub instance: String,
+    pub plugin_version: String,
+}
 
+// The derive's `flatten` works only on a last field (prometheus-client-derive-encode 0.4), and
+// these sets extend a prefix, so each spells out its fields.
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    instance: String,
+    plugin_version: String,
+    model: String,
+    endpoint: &'static str,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    instance: String,
+    plugin_version: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: &'static str,
+}
+
+/// The labels of every instance gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceLabels {
+    pub instance: String,
+    pub plugin: String,
+    pub plugin_version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdapterLabels {
+    instance: String,
+    plugin: String,
+    plugin_version: String,
+    adapter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    instance: String,
+    plugin: String,
+    plugin_version: String,
+    state: &'static str,
+}
+
+/// How a request that reached an instance ended.
+#[derive(Debug)]
+pub struct RequestEnd<'a> {
+    pub served_by: &'a ServedBy,
+    pub model: &'a str,
+    pub endpoint: &'static str,
+    /// HTTP-like: 200, the error's status, or 499 when the client went away.
+    pub status: u16,
+    /// The error kind label, for a request that did not finish.
+    pub error: Option<&'a str>,
+    /// From admission to the end.
+    pub duration: Duration,
+}
+
+/// The live state the gauges show, read at scrape time.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The current instances, then the retired ones that have not stopped yet.
+    pub instances: Vec<InstanceGauges>,
+    pub retired_libraries: usize,
+    pub loaded_libraries: usize,
+}
+
+#[derive(Debug)]
+pub struct InstanceGauges {
+    pub labels: InstanceLabels,
+    pub in_flight: u32,
+    pub queued: u32,
+    pub running: u32,
+    pub free_slots: u32,
+    /// Running rows per adapter name.
+    pub adapter_rows: Vec<(String, u32)>,
+    /// The lifecycle state's name (`warming`, `ready`, `draining`, `stopped`).
+    pub state: &'static str,
+    pub ready: bool,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The counters and histograms. Cloning shares them.
+#[derive(Clone)]
 pub struct Metrics {
-    registry: Registry,
-    pub requests: Family<Labels, Counter>,
-    pub errors: Family<Labels, Counter>,
-    pub latency: HistogramFamily,
-    pub time_to_first_token: HistogramFamily,
-    pub reloads: Family<Labels, Counter>,
-    pub in_flight: Family<Labels, Gauge>,
-    pub queue_depth: Family<Labels, Gauge>,
-    pub running: Family<Labels, Gauge>,
-    pub free_slots: Family<Labels, Gauge>,
-    pub adapter_rows: Family<Labels, Gauge>,
-    pub instance_ready: Family<Labels, Gauge>,
-    pub retired_libraries: Gauge,
-    pub loaded_libraries: Gauge,
+    requests: Family<RequestLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    latency: HistogramFamily<ServedBy>,
+    time_to_first_token: HistogramFamily<ServedBy>,
+    reloads: Family<ReloadLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -46,153 +134,264 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("switchyard");
-        let m = Self {
+        Self {
             requests: Family::default(),
             errors: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
-            time_to_first_token: Family::new_with_constructor(
-                latency_histogram as fn() -> Histogram,
-            ),
+            latency: Family::new_with_constructor(latency_histogram),
+            time_to_first_token: Family::new_with_constructor(latency_histogram),
             reloads: Family::default(),
-            in_flight: Family::default(),
-            queue_depth: Family::default(),
-            running: Family::default(),
-            free_slots: Family::default(),
-            adapter_rows: Family::default(),
-            instance_ready: Family::default(),
-            retired_libraries: Gauge::default(),
-            loaded_libraries: Gauge::default(),
-            registry: Registry::default(),
-        };
+        }
+    }
+
+    pub fn first_token(&self, served_by: &ServedBy, after: Duration) {
+        self.time_to_first_token
+            .get_or_create(served_by)
+            .observe(after.as_secs_f64());
+    }
+
+    pub fn request_ended(&self, end: &RequestEnd<'_>) {
+        self.latency
+            .get_or_create(end.served_by)
+            .observe(end.duration.as_secs_f64());
+        self.count(
+            end.served_by,
+            end.model,
+            end.endpoint,
+            end.status,
+            end.error,
+        );
+    }
+
+    /// A request refused before any instance took it (bad input, unknown model, all full, ...).
+    pub fn request_refused(&self, model: &str, endpoint: &'static str, status: u16, kind: &str) {
+        self.count(&ServedBy::default(), model, endpoint, status, Some(kind));
+    }
+
+    fn count(
+        &self,
+        served_by: &ServedBy,
+        model: &str,
+        endpoint: &'static str,
+        status: u16,
+        error: Option<&str>,
+    ) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                instance: served_by.instance.clone(),
+                plugin_version: served_by.plugin_version.clone(),
+                model: model.into(),
+                endpoint,
+                status,
+            })
+            .inc();
+        if let Some(kind) = error {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    instance: served_by.instance.clone(),
+                    plugin_version: served_by.plugin_version.clone(),
+                    kind: kind.into(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// The text exposition: the counters, then the gauges of `snapshot`.
+    pub fn render(&self, snapshot: &Snapshot) -> String {
+        // A registry per scrape: the counters are shared handles, and the gauges exist only for
+        // this snapshot, so two scrapes at once cannot see each other's half-written gauges.
+        let mut registry = Registry::with_prefix("switchyard");
         registry.register(
             "requests",
             "Requests answered, by model, instance, plugin version and status",
-            m.requests.clone(),
+            self.requests.clone(),
         );
         registry.register(
             "request_errors",
             "Failed requests by instance and error kind",
-            m.errors.clone(),
+            self.errors.clone(),
         );
         registry.register(
             "request_duration_seconds",
             "Time from admission to the last byte",
-            m.latency.clone(),
+            self.latency.clone(),
         );
         registry.register(
             "time_to_first_token_seconds",
             "Time from admission to the first token",
-            m.time_to_first_token.clone(),
+            self.time_to_first_token.clone(),
         );
-        registry.register(
-            "reloads",
-            "Configuration reloads by result",
-            m.reloads.clone(),
-        );
-        registry.register(
-            "in_flight",
-            "Requests admitted and not finished, per instance and plugin version",
-            m.in_flight.clone(),
-        );
-        registry.register(
-            "queue_depth",
-            "Requests queued inside the plugin",
-            m.queue_depth.clone(),
-        );
-        registry.register(
-            "running",
-            "Requests being computed inside the plugin",
-            m.running.clone(),
-        );
-        registry.register(
-            "free_slots",
-            "Slots free inside the plugin",
-            m.free_slots.clone(),
-        );
-        registry.register(
-            "adapter_rows",
-            "Running rows per adapter",
-            m.adapter_rows.clone(),
-        );
-        registry.register(
-            "instance_ready",
-            "1 when the instance is ready, by state",
-            m.instance_ready.clone(),
-        );
-        registry.register(
-            "retired_libraries",
-            "Plugin libraries mapped but no longer used",
-            m.retired_libraries.clone(),
-        );
-        registry.register(
-            "loaded_libraries",
-            "Plugin libraries mapped in this process",
-            m.loaded_libraries.clone(),
-        );
-        Self { registry, ..m }
+        let reloads_help = "Configuration reloads by result";
+        registry.register("reloads", reloads_help, self.reloads.clone());
+
+        for (name, help, value) in PER_INSTANCE {
+            let family = Family::<InstanceLabels, Gauge>::default();
+            for i in &snapshot.instances {
+                family.get_or_create(&i.labels).set(value(i).into());
+            }
+            registry.register(name, help, family);
+        }
+        let adapter_rows = Family::<AdapterLabels, Gauge>::default();
+        let instance_ready = Family::<StateLabels, Gauge>::default();
+        for i in &snapshot.instances {
+            let InstanceLabels {
+                instance,
+                plugin,
+                plugin_version,
+            } = &i.labels;
+            for (adapter, rows) in &i.adapter_rows {
+                let labels = AdapterLabels {
+                    instance: instance.clone(),
+                    plugin: plugin.clone(),
+                    plugin_version: plugin_version.clone(),
+                    adapter: adapter.clone(),
+                };
+                adapter_rows.get_or_create(&labels).set((*rows).into());
+            }
+            let labels = StateLabels {
+                instance: instance.clone(),
+                plugin: plugin.clone(),
+                plugin_version: plugin_version.clone(),
+                state: i.state,
+            };
+            instance_ready
+                .get_or_create(&labels)
+                .set(i64::from(i.ready));
+        }
+        registry.register("adapter_rows", "Running rows per adapter", adapter_rows);
+        let ready_help = "1 when the instance is ready, by state";
+        registry.register("instance_ready", ready_help, instance_ready);
+
+        for (name, help, value) in [
+            (
+                "retired_libraries",
+                "Plugin libraries mapped but no longer used",
+                snapshot.retired_libraries,
+            ),
+            (
+                "loaded_libraries",
+                "Plugin libraries mapped in this process",
+                snapshot.loaded_libraries,
+            ),
+        ] {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(value as i64);
+            registry.register(name, help, gauge);
+        }
+        let mut out = String::new();
+        encode(&mut out, &registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// A gauge with one value per instance: name, help, and the value.
+type PerInstanceGauge = (&'static str, &'static str, fn(&InstanceGauges) -> u32);
+
+const PER_INSTANCE: [PerInstanceGauge; 4] = [
+    (
+        "in_flight",
+        "Requests admitted and not finished, per instance and plugin version",
+        |i| i.in_flight,
+    ),
+    ("queue_depth", "Requests queued inside the plugin", |i| {
+        i.queued
+    }),
+    (
+        "running",
+        "Requests being computed inside the plugin",
+        |i| i.running,
+    ),
+    ("free_slots", "Slots free inside the plugin", |i| {
+        i.free_slots
+    }),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served_by() -> ServedBy {
+        ServedBy {
+            instance: "a".into(),
+            plugin_version: "1.0.0".into(),
+        }
     }
 
-    /// Refreshes the live gauges from `runtime` and renders the text exposition.
-    pub fn render(&self, runtime: &crate::runtime::Runtime) -> String {
-        for family in [
-            &self.in_flight,
-            &self.queue_depth,
-            &self.running,
-            &self.free_slots,
-            &self.adapter_rows,
-            &self.instance_ready,
+    #[test]
+    fn labels_keep_their_wire_order_and_refusals_have_no_instance() {
+        let metrics = Metrics::new();
+        metrics.request_ended(&RequestEnd {
+            served_by: &served_by(),
+            model: "chat",
+            endpoint: "chat",
+            status: 499,
+            error: Some("client_closed"),
+            duration: Duration::from_millis(3),
+        });
+        metrics.request_refused("", "transcription", 400, "invalid_request");
+        metrics.reload(false);
+        let text = metrics.render(&Snapshot::default());
+        for line in [
+            r#"switchyard_requests_total{instance="a",plugin_version="1.0.0",model="chat",endpoint="chat",status="499"} 1"#,
+            r#"switchyard_request_errors_total{instance="a",plugin_version="1.0.0",kind="client_closed"} 1"#,
+            r#"switchyard_request_duration_seconds_count{instance="a",plugin_version="1.0.0"} 1"#,
+            r#"switchyard_requests_total{instance="",plugin_version="",model="",endpoint="transcription",status="400"} 1"#,
+            r#"switchyard_request_errors_total{instance="",plugin_version="",kind="invalid_request"} 1"#,
+            r#"switchyard_reloads_total{result="failed"} 1"#,
+            "switchyard_retired_libraries 0",
         ] {
-            family.clear();
+            assert!(text.contains(line), "{line} missing from:\n{text}");
         }
-        let generation = runtime.current();
-        let live = generation.instances().cloned();
-        let retiring = runtime
-            .retired_instances()
-            .into_iter()
-            .filter(|i| i.state() != crate::instance::InstanceState::Stopped);
-        for instance in live.chain(retiring) {
-            let labels: Labels = vec![
-                ("instance".into(), instance.name.clone()),
-                ("plugin".into(), instance.plugin.manifest.name.to_string()),
-                (
-                    "plugin_version".into(),
-                    instance.plugin.version().to_string(),
-                ),
-            ];
-            let stats = instance.stats();
-            self.in_flight
-                .get_or_create(&labels)
-                .set(instance.in_flight() as i64);
-            self.queue_depth
-                .get_or_create(&labels)
-                .set(stats.queued as i64);
-            self.running
-                .get_or_create(&labels)
-                .set(stats.running as i64);
-            self.free_slots
-                .get_or_create(&labels)
-                .set(stats.free_slots as i64);
-            for adapter in stats.adapters.iter() {
-                let mut l = labels.clone();
-                l.push(("adapter".into(), adapter.adapter.to_string()));
-                self.adapter_rows.get_or_create(&l).set(adapter.rows as i64);
-            }
-            let mut l = labels.clone();
-            l.push((
-                "state".into(),
-                format!("{:?}", instance.state()).to_lowercase(),
-            ));
-            self.instance_ready
-                .get_or_create(&l)
-                .set((instance.state() == crate::instance::InstanceState::Ready) as i64);
+        // A refusal observes no latency: only the admitted request has a duration.
+        assert_eq!(
+            text.matches("switchyard_request_duration_seconds_count")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn gauges_show_the_snapshot_and_only_it() {
+        let metrics = Metrics::new();
+        let labels = InstanceLabels {
+            instance: "a".into(),
+            plugin: "echo".into(),
+            plugin_version: "1.0.0".into(),
+        };
+        let snapshot = Snapshot {
+            instances: vec![InstanceGauges {
+                labels,
+                in_flight: 3,
+                queued: 2,
+                running: 1,
+                free_slots: 4,
+                adapter_rows: vec![("speech".into(), 1)],
+                state: "draining",
+                ready: false,
+            }],
+            retired_libraries: 1,
+            loaded_libraries: 2,
+        };
+        let text = metrics.render(&snapshot);
+        let of = r#"instance="a",plugin="echo",plugin_version="1.0.0""#;
+        for line in [
+            format!("switchyard_in_flight{{{of}}} 3"),
+            format!("switchyard_queue_depth{{{of}}} 2"),
+            format!("switchyard_running{{{of}}} 1"),
+            format!("switchyard_free_slots{{{of}}} 4"),
+            format!("switchyard_adapter_rows{{{of},adapter=\"speech\"}} 1"),
+            format!("switchyard_instance_ready{{{of},state=\"draining\"}} 0"),
+            "switchyard_retired_libraries 1".into(),
+            "switchyard_loaded_libraries 2".into(),
+        ] {
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
         }
-        self.retired_libraries
-            .set(runtime.retired_libraries() as i64);
-        self.loaded_libraries
-            .set(runtime.registry().loaded_count() as i64);
-        let mut out = String::new();
-        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
-        out
+        // The next scrape shows the next snapshot, not a leftover of this one.
+        let text = metrics.render(&Snapshot::default());
+        assert!(!text.contains("switchyard_in_flight{"), "{text}");
     }
 }

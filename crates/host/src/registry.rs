@@ -40,7 +40,7 @@ pub enum RegistryError {
     NotAPlugin {
         name: String,
         path: PathBuf,
-        reason: String,
+        reason: ManifestError,
     },
     #[error("plugin {name:?}: {path} was built for plugin API {plugin_api}; this host speaks {host_api}")]
     ApiVersion {
@@ -53,7 +53,7 @@ pub enum RegistryError {
     Incompatible {
         name: String,
         path: PathBuf,
-        reason: String,
+        reason: LayoutError,
     },
     #[error("plugin {name:?}: the library is named {actual:?} in its manifest")]
     NameMismatch { name: String, actual: String },
@@ -62,6 +62,28 @@ pub enum RegistryError {
          (server.retired_library_cap); restart the process to unmap them"
     )]
     RetiredCap { would_be: usize, cap: usize },
+}
+
+/// Why a library's manifest could not be read through its plain C symbol.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("cannot open library: {0}")]
+    Open(libloading::Error),
+    #[error("it does not export {}", MANIFEST_SYMBOL)]
+    NoSymbol,
+    #[error("{} returned null", MANIFEST_SYMBOL)]
+    Null,
+    #[error("manifest JSON is invalid: {0}")]
+    Json(serde_json::Error),
+}
+
+/// Why abi_stable refused a library's root module: what differs, and the first lines of its
+/// report (its layout errors are long type dumps).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {detail}")]
+pub struct LayoutError {
+    what: &'static str,
+    detail: String,
 }
 
 /// One mapped plugin library.
@@ -190,7 +212,7 @@ impl Registry {
     }
 
     /// Refuses a load plan that would leave more than `cap` retired libraries mapped:
-    /// `new_shas` are the libraries the next generation uses.
+    /// `new_shas` are the libraries the next deployment uses.
     pub fn check_retired_cap(&self, next_shas: &[String], cap: usize) -> Result<(), RegistryError> {
         let loaded = self.loaded.lock().unwrap();
         let fresh = next_shas
@@ -242,25 +264,24 @@ fn set_private(_dir: &Path) -> std::io::Result<()> {
 }
 
 /// Reads the manifest through the plain C symbol, without any layout check.
-pub fn read_manifest_json(path: &Path) -> Result<PluginManifest, String> {
+pub fn read_manifest_json(path: &Path) -> Result<PluginManifest, ManifestError> {
     let json = read_manifest_text(path)?;
-    serde_json::from_str(&json).map_err(|e| format!("manifest JSON is invalid: {e}"))
+    serde_json::from_str(&json).map_err(ManifestError::Json)
 }
 
 /// The raw manifest JSON text of a library.
-pub fn read_manifest_text(path: &Path) -> Result<String, String> {
+pub fn read_manifest_text(path: &Path) -> Result<String, ManifestError> {
     // SAFETY: opening a library runs its initialisers; the operator configured this file as a
     // plugin. The symbol's contract (a static NUL-terminated string) is the plugin ABI's.
     unsafe {
-        let lib =
-            libloading::Library::new(path).map_err(|e| format!("cannot open library: {e}"))?;
+        let lib = libloading::Library::new(path).map_err(ManifestError::Open)?;
         let text = {
             let symbol: libloading::Symbol<unsafe extern "C" fn() -> *const std::os::raw::c_char> =
                 lib.get(MANIFEST_SYMBOL.as_bytes())
-                    .map_err(|_| format!("it does not export {MANIFEST_SYMBOL}"))?;
+                    .map_err(|_| ManifestError::NoSymbol)?;
             let ptr = symbol();
             if ptr.is_null() {
-                return Err(format!("{MANIFEST_SYMBOL} returned null"));
+                return Err(ManifestError::Null);
             }
             std::ffi::CStr::from_ptr(ptr).to_string_lossy().into_owned()
         };
@@ -272,15 +293,15 @@ pub fn read_manifest_text(path: &Path) -> Result<String, String> {
 }
 
 /// Opens the abi_stable root module with full layout and version checks.
-pub fn open_root_module(path: &Path) -> Result<PluginModRef, String> {
+pub fn open_root_module(path: &Path) -> Result<PluginModRef, LayoutError> {
     let header = lib_header_from_path(path).map_err(describe_library_error)?;
     header
         .init_root_module::<PluginModRef>()
         .map_err(describe_library_error)
 }
 
-fn describe_library_error(error: LibraryError) -> String {
-    // abi_stable's layout errors are long type dumps; keep the headline and a few lines of detail.
+fn describe_library_error(error: LibraryError) -> LayoutError {
+    // Keep the headline and a few lines of detail.
     let text = error.to_string();
     let mut lines: Vec<&str> = text
         .lines()
@@ -290,12 +311,59 @@ fn describe_library_error(error: LibraryError) -> String {
     if text.lines().count() > 8 {
         lines.push("...");
     }
-    let kind = match error {
+    let what = match error {
         LibraryError::AbiInstability(_) => "type layouts differ from this host's plugin API",
         LibraryError::IncompatibleVersionNumber { .. } => {
             "plugin API crate version is incompatible"
         }
         _ => "library error",
     };
-    format!("{kind}: {}", lines.join(" | "))
+    LayoutError {
+        what,
+        detail: lines.join(" | "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_is_no_library_is_refused_by_name_and_path() {
+        let dir = std::env::temp_dir().join(format!("switchyard-registry-{}", std::process::id()));
+        let file = dir.join("notes.so");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(&file, b"not an ELF file").unwrap();
+        let error = read_manifest_text(&file).unwrap_err();
+        assert!(matches!(error, ManifestError::Open(_)), "{error:?}");
+        assert!(
+            error.to_string().starts_with("cannot open library: "),
+            "{error}"
+        );
+
+        let registry = Registry::new(dir.join("shadow")).unwrap();
+        let error = registry.load("p", &file, None).err().expect("refused");
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "plugin \"p\": {} is not a Switchyard plugin: cannot open library: ",
+                file.display()
+            )),
+            "{text}"
+        );
+        assert_eq!(registry.loaded_count(), 0);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn manifest_errors_name_the_symbol() {
+        assert_eq!(
+            ManifestError::NoSymbol.to_string(),
+            "it does not export switchyard_plugin_manifest_json"
+        );
+        assert_eq!(
+            ManifestError::Null.to_string(),
+            "switchyard_plugin_manifest_json returned null"
+        );
+    }
 }

@@ -1,8 +1,8 @@
 //! The route table: a requested model name (plus the request's modality and headers) resolves to
 //! an ordered list of candidate instances — the weighted choice first, then the fallbacks. The
-//! table is immutable; a reload builds a new one and swaps it in (see [`crate::runtime`]).
+//! table is immutable; a reload builds a new one with the deployment that it belongs to.
 
-use crate::{config::Config, instance::Instance};
+use crate::{config::ValidConfig, instance::Instance};
 use axum::http::{HeaderMap, HeaderName};
 use std::{
     collections::HashMap,
@@ -27,30 +27,18 @@ struct Route {
     current: Mutex<Vec<i64>>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
+    #[error("The model `{0}` does not exist")]
     UnknownModel(String),
+    #[error("no route for model `{model}` takes {modality} requests with these headers")]
     NoMatch { model: String, modality: Modality },
-}
-
-impl std::fmt::Display for RouteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::UnknownModel(m) => write!(f, "The model `{m}` does not exist"),
-            Self::NoMatch { model, modality } => {
-                write!(
-                    f,
-                    "no route for model `{model}` takes {modality} requests with these headers"
-                )
-            }
-        }
-    }
 }
 
 impl RouteTable {
     /// Builds the table. `instances` must hold every model the config names (validation ensures
     /// the names resolve; the runtime creates the instances).
-    pub fn build(config: &Config, instances: HashMap<String, Arc<Instance>>) -> Self {
+    pub fn build(config: &ValidConfig, instances: HashMap<String, Arc<Instance>>) -> Self {
         let get = |name: &str| {
             instances
                 .get(name)
@@ -59,7 +47,7 @@ impl RouteTable {
         };
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         let mut routes = Vec::new();
-        for (index, route) in config.routes.iter().enumerate() {
+        for (index, route) in config.routes().iter().enumerate() {
             for name in &route.models {
                 by_name.entry(name.clone()).or_default().push(index);
             }

@@ -1,102 +1,30 @@
-//! The serving state and its replacement. A [`Generation`] is one validated config with its
-//! loaded plugins, created instances and route table; the current one sits behind `arc-swap`, so
-//! a request resolves without locks. A reload builds the next generation beside the current one
-//! (load libraries, create and warm instances), swaps it in, then drains the instances that are
-//! no longer used. Any failure before the swap leaves the current generation untouched.
+//! The serving state: the current [`Deployment`] behind `arc-swap`, so a request resolves
+//! without locks, plus what outlives deployments (the plugin registry, the instances retired by
+//! reloads, the metrics, request ids). How the next deployment is built and swapped in is in
+//! `crate::reload`.
 
 use crate::{
     config::{self, ValidConfig},
+    deployment::Deployment,
     instance::{Instance, InstanceState},
-    metrics::Metrics,
-    registry::{LoadedPlugin, Registry, RegistryError},
-    router::RouteTable,
+    metrics::{self, Metrics},
+    registry::Registry,
 };
-use abi_stable::std_types::{RResult, RStr};
 use arc_swap::ArcSwap;
-use serde::Serialize;
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
-use switchyard_plugin_api::{HostServices, LogLevel, SettingsText};
-
-pub struct Generation {
-    pub id: u64,
-    pub config: ValidConfig,
-    pub table: RouteTable,
-    pub plugins: Vec<Arc<LoadedPlugin>>,
-}
-
-impl Generation {
-    fn empty() -> Self {
-        let config = config::validate(
-            serde_json::from_str::<config::Config>("{}").expect("empty config"),
-            Path::new("."),
-            None,
-        )
-        .expect("empty config is valid");
-        Self {
-            id: 0,
-            table: RouteTable::build(&config, HashMap::new()),
-            config,
-            plugins: Vec::new(),
-        }
-    }
-
-    pub fn instances(&self) -> impl Iterator<Item = &Arc<Instance>> {
-        self.table.instances().values()
-    }
-}
-
-#[derive(Debug, Serialize)]
-pub struct ReloadReport {
-    pub generation: u64,
-    pub created: Vec<String>,
-    pub reused: Vec<String>,
-    pub retiring: Vec<String>,
-    pub plugins: Vec<String>,
-    pub retired_libraries: usize,
-    pub duration_ms: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
-    #[error("{0}")]
-    Config(#[from] config::ConfigErrors),
-    #[error("{0}")]
-    Plugin(#[from] RegistryError),
-    #[error("models[{index}] ({name}): plugin {plugin} has no model kind {kind:?} (it has {available:?})")]
-    UnknownKind {
-        index: usize,
-        name: String,
-        plugin: String,
-        kind: String,
-        available: Vec<String>,
-    },
-    #[error("models[{index}] ({name}): creation failed: {message}")]
-    Create {
-        index: usize,
-        name: String,
-        message: String,
-    },
-    #[error("models[{index}] ({name}): warm-up failed: {message}")]
-    Warm {
-        index: usize,
-        name: String,
-        message: String,
-    },
-    #[error("no config file to reload from")]
-    NoSource,
-}
 
 pub struct Runtime {
-    current: ArcSwap<Generation>,
+    current: ArcSwap<Deployment>,
     registry: Registry,
+    /// Reloads run one at a time.
     reload_lock: tokio::sync::Mutex<()>,
     next_generation: AtomicU64,
     next_request: AtomicU64,
@@ -116,7 +44,7 @@ impl Runtime {
             .join("shadow")
             .join(std::process::id().to_string());
         Ok(Arc::new(Self {
-            current: ArcSwap::from_pointee(Generation::empty()),
+            current: ArcSwap::from_pointee(Deployment::empty()),
             registry: Registry::new(shadow)?,
             reload_lock: tokio::sync::Mutex::new(()),
             next_generation: AtomicU64::new(1),
@@ -128,7 +56,17 @@ impl Runtime {
         }))
     }
 
-    pub fn current(&self) -> Arc<Generation> {
+    /// A runtime for the config file at `path`, with the cache directory `config` names.
+    pub fn for_config(path: &Path, config: &ValidConfig) -> std::io::Result<Arc<Self>> {
+        let cache_dir = config
+            .server()
+            .cache_dir
+            .clone()
+            .unwrap_or_else(config::default_cache_dir);
+        Self::new(Some(path.to_path_buf()), cache_dir)
+    }
+
+    pub fn current(&self) -> Arc<Deployment> {
         self.current.load_full()
     }
 
@@ -144,273 +82,90 @@ impl Runtime {
         self.next_request.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Libraries mapped but not used by the current generation.
+    /// Libraries mapped but not used by the current deployment.
     pub fn retired_libraries(&self) -> usize {
-        let generation = self.current();
+        let deployment = self.current();
         self.registry
             .loaded_count()
-            .saturating_sub(generation.plugins.len())
+            .saturating_sub(deployment.plugins.len())
     }
 
     pub fn retired_instances(&self) -> Vec<Arc<Instance>> {
         self.retired.lock().unwrap().iter().cloned().collect()
     }
 
-    /// Reloads from the config file.
-    pub async fn reload_from_file(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
-        let path = self.config_path.clone().ok_or(ReloadError::NoSource)?;
-        let config = tokio::task::spawn_blocking(move || config::load(&path))
-            .await
-            .expect("config loading does not panic")?;
-        self.apply(config).await
-    }
-
-    /// Builds a generation from `config` and swaps it in; see the module docs.
-    pub async fn apply(self: &Arc<Self>, config: ValidConfig) -> Result<ReloadReport, ReloadError> {
-        let _one_at_a_time = self.reload_lock.lock().await;
-        let started = Instant::now();
-        let result = self.build_and_swap(config, started).await;
-        match &result {
-            Ok(report) => {
-                self.metrics
-                    .reloads
-                    .get_or_create(&vec![("result".into(), "ok".into())])
-                    .inc();
-                tracing::info!(generation = report.generation, created = ?report.created, reused = ?report.reused,
-                    retiring = ?report.retiring, "reload applied");
-            }
-            Err(e) => {
-                self.metrics
-                    .reloads
-                    .get_or_create(&vec![("result".into(), "failed".into())])
-                    .inc();
-                tracing::error!(error = %e, "reload failed; the previous configuration keeps serving");
-            }
-        }
-        result
-    }
-
-    async fn build_and_swap(
-        self: &Arc<Self>,
-        config: ValidConfig,
-        started: Instant,
-    ) -> Result<ReloadReport, ReloadError> {
-        let this = self.clone();
-        let cfg = config.clone();
-        let plugins = tokio::task::spawn_blocking(move || this.load_plugins(&cfg))
-            .await
-            .expect("plugin loading catches its panics")?;
-
-        let current = self.current();
-        let mut instances: HashMap<String, Arc<Instance>> = HashMap::new();
-        let mut created = Vec::new();
-        let mut reused = Vec::new();
-        for (index, model) in config.models.iter().enumerate() {
-            let plugin = plugins[&model.plugin].clone();
-            let fingerprint = crate::instance::fingerprint(model, &plugin.sha256);
-            let existing = current
-                .table
-                .instances()
-                .get(&model.name)
-                .filter(|i| i.fingerprint == fingerprint && i.state() == InstanceState::Ready);
-            if let Some(existing) = existing {
-                instances.insert(model.name.clone(), existing.clone());
-                reused.push(model.name.clone());
-                continue;
-            }
-            let this = self.clone();
-            let model_cfg = model.clone();
-            let config_dir = config.base_dir.clone();
-            let made = tokio::task::spawn_blocking(move || {
-                this.create_instance(index, &model_cfg, &config_dir, plugin)
-            })
-            .await
-            .expect("instance creation catches its panics");
-            match made {
-                Ok(instance) => {
-                    created.push(instance.clone());
-                    instances.insert(model.name.clone(), instance);
-                }
-                Err(e) => {
-                    // Nothing was swapped: stop what this attempt created and keep serving.
-                    stop_all(created).await;
-                    return Err(e);
-                }
-            }
-        }
-
-        let table = RouteTable::build(&config, instances.clone());
-        let mut used: Vec<Arc<LoadedPlugin>> = plugins.into_values().collect();
-        used.sort_by(|a, b| a.sha256.cmp(&b.sha256));
-        used.dedup_by(|a, b| a.sha256 == b.sha256);
-        let generation = Generation {
-            id: self.next_generation.fetch_add(1, Ordering::Relaxed),
-            config: config.clone(),
-            table,
-            plugins: used.clone(),
-        };
-        let id = generation.id;
-        let previous = self.current.swap(Arc::new(generation));
-
-        // Drain what the new generation no longer uses, in the background.
-        let retiring: Vec<Arc<Instance>> = previous
+    /// What the gauges show now: the current instances, then the retired ones still stopping.
+    pub fn metrics_snapshot(&self) -> metrics::Snapshot {
+        let deployment = self.current();
+        let retiring = self
+            .retired_instances()
+            .into_iter()
+            .filter(|i| i.state() != InstanceState::Stopped);
+        let instances = deployment
             .instances()
-            .filter(|old| !instances.values().any(|new| Arc::ptr_eq(old, new)))
             .cloned()
+            .chain(retiring)
+            .map(|instance| instance_gauges(&instance))
             .collect();
-        let deadline = Duration::from_secs_f64(config.server.drain_timeout_secs);
-        for instance in &retiring {
-            let mut history = self.retired.lock().unwrap();
-            history.push_back(instance.clone());
-            while history.len() > RETIRED_HISTORY {
-                history.pop_front();
-            }
-            let instance = instance.clone();
-            tokio::spawn(async move {
-                let name = instance.name.clone();
-                let version = instance.plugin_label();
-                let left = instance.drain_and_stop(deadline).await;
-                if left > 0 {
-                    tracing::warn!(instance = %name, plugin = %version, cancelled = left, "drain deadline passed; cancelled the rest");
-                } else {
-                    tracing::info!(instance = %name, plugin = %version, "instance drained and stopped");
-                }
-            });
-        }
-
-        Ok(ReloadReport {
-            generation: id,
-            created: created
-                .iter()
-                .map(|i| format!("{} ({})", i.name, i.plugin_label()))
-                .collect(),
-            reused,
-            retiring: retiring
-                .iter()
-                .map(|i| format!("{} ({})", i.name, i.plugin_label()))
-                .collect(),
-            plugins: used.iter().map(|p| p.label()).collect(),
+        metrics::Snapshot {
+            instances,
             retired_libraries: self.retired_libraries(),
-            duration_ms: started.elapsed().as_millis() as u64,
-        })
+            loaded_libraries: self.registry.loaded_count(),
+        }
     }
 
-    fn load_plugins(
-        &self,
-        config: &ValidConfig,
-    ) -> Result<HashMap<String, Arc<LoadedPlugin>>, ReloadError> {
-        // Hash first, so the retired-library cap is checked before anything new is mapped.
-        let mut shas = Vec::new();
-        for plugin in &config.plugins {
-            let sha = crate::registry::file_sha256(&plugin.path).map_err(|source| {
-                RegistryError::Read {
-                    name: plugin.name.clone(),
-                    path: plugin.path.clone(),
-                    source,
-                }
-            })?;
-            shas.push(sha);
-        }
-        self.registry
-            .check_retired_cap(&shas, config.server.retired_library_cap)?;
-        let mut out = HashMap::new();
-        for plugin in &config.plugins {
-            let loaded =
-                self.registry
-                    .load(&plugin.name, &plugin.path, plugin.sha256.as_deref())?;
-            out.insert(plugin.name.clone(), loaded);
-        }
-        Ok(out)
+    /// Held by a reload from start to swap.
+    pub(crate) async fn reload_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.reload_lock.lock().await
     }
 
-    fn create_instance(
-        &self,
-        index: usize,
-        model: &config::ModelConfig,
-        config_dir: &Path,
-        plugin: Arc<LoadedPlugin>,
-    ) -> Result<Arc<Instance>, ReloadError> {
-        let Some(kind) = plugin.manifest.kind(&model.kind).cloned() else {
-            return Err(ReloadError::UnknownKind {
-                index,
-                name: model.name.clone(),
-                plugin: plugin.label(),
-                kind: model.kind.clone(),
-                available: plugin
-                    .manifest
-                    .models
-                    .iter()
-                    .map(|m| m.kind.to_string())
-                    .collect(),
-            });
-        };
-        let cache_dir = self
-            .cache_dir
-            .join("plugins")
-            .join(plugin.manifest.name.as_str());
-        let _ = std::fs::create_dir_all(&cache_dir);
-        let threads = model.threads.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get() as u32)
-                .unwrap_or(1)
-        });
-        let services = HostServices {
-            log: host_log,
-            cache_dir: cache_dir.to_string_lossy().into_owned().into(),
-            thread_budget: threads,
-            instance_name: model.name.clone().into(),
-            config_dir: config_dir.to_string_lossy().into_owned().into(),
-        };
-        let settings = SettingsText::json(model.settings.to_string());
-        let made =
-            (plugin.module.create_model())(RStr::from(model.kind.as_str()), settings, services);
-        let model_box = match made {
-            RResult::ROk(m) => m,
-            RResult::RErr(e) => {
-                return Err(ReloadError::Create {
-                    index,
-                    name: model.name.clone(),
-                    message: e.to_string(),
-                })
-            }
-        };
-        let instance = Arc::new(Instance::new(model, plugin, kind, model_box));
-        if let Err(e) = instance.warm() {
-            instance.stop_now();
-            return Err(ReloadError::Warm {
-                index,
-                name: model.name.clone(),
-                message: e.to_string(),
-            });
-        }
-        tracing::info!(instance = %instance.name, plugin = %instance.plugin_label(), "instance ready");
-        Ok(instance)
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.next_generation.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Drains every instance of the current generation (process shutdown).
+    /// Makes `next` the current deployment and returns the one it replaced.
+    pub(crate) fn swap(&self, next: Deployment) -> Arc<Deployment> {
+        self.current.swap(Arc::new(next))
+    }
+
+    /// Keeps `instance` in the (bounded) list of retired instances.
+    pub(crate) fn remember_retired(&self, instance: Arc<Instance>) {
+        let mut history = self.retired.lock().unwrap();
+        history.push_back(instance);
+        while history.len() > RETIRED_HISTORY {
+            history.pop_front();
+        }
+    }
+
+    /// Drains every instance of the current deployment (process shutdown).
     pub async fn shutdown(&self, deadline: Duration) {
-        let generation = self.current();
-        let all: Vec<_> = generation.instances().cloned().collect();
+        let deployment = self.current();
+        let all: Vec<_> = deployment.instances().cloned().collect();
         let waits = all.into_iter().map(|i| i.drain_and_stop(deadline));
         futures_util::future::join_all(waits).await;
         let _ = std::fs::remove_dir_all(self.registry.shadow_dir());
     }
 }
 
-async fn stop_all(instances: Vec<Arc<Instance>>) {
-    for instance in instances {
-        let _ = tokio::task::spawn_blocking(move || instance.stop_now()).await;
-    }
-}
-
-/// The log callback handed to plugins: their records go into the host's `tracing` output.
-extern "C" fn host_log(level: LogLevel, target: RStr<'_>, message: RStr<'_>) {
-    let (instance, message) = (target.as_str(), message.as_str());
-    match level {
-        LogLevel::Error => tracing::error!(target: "plugin", instance, "{message}"),
-        LogLevel::Warn => tracing::warn!(target: "plugin", instance, "{message}"),
-        LogLevel::Info => tracing::info!(target: "plugin", instance, "{message}"),
-        LogLevel::Debug => tracing::debug!(target: "plugin", instance, "{message}"),
-        LogLevel::Trace => tracing::trace!(target: "plugin", instance, "{message}"),
+fn instance_gauges(instance: &Instance) -> metrics::InstanceGauges {
+    let stats = instance.stats();
+    let state = instance.state();
+    metrics::InstanceGauges {
+        labels: metrics::InstanceLabels {
+            instance: instance.name.clone(),
+            plugin: instance.plugin.manifest.name.to_string(),
+            plugin_version: instance.plugin.version().to_string(),
+        },
+        in_flight: instance.in_flight(),
+        queued: stats.queued,
+        running: stats.running,
+        free_slots: stats.free_slots,
+        adapter_rows: stats
+            .adapters
+            .iter()
+            .map(|a| (a.adapter.to_string(), a.rows))
+            .collect(),
+        state: state.name(),
+        ready: state == InstanceState::Ready,
     }
 }

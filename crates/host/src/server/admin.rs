@@ -1,35 +1,70 @@
 //! `/admin/reload` and `/admin/status`. Served on the loopback admin listener, and on the main
-//! listener only behind a bearer token (see [`super::require_token`]).
+//! listener only behind a bearer token (see [`require_token`]).
 
+use super::error::ApiError;
 use crate::{instance::Instance, runtime::Runtime};
 use axum::{
-    extract::State,
-    http::StatusCode,
+    extract::{Request, State},
+    http::{header, StatusCode},
+    middleware::Next,
     response::{IntoResponse, Response},
-    Json,
+    routing::{get, post},
+    Json, Router,
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
+
+pub fn routes() -> Router<Arc<Runtime>> {
+    Router::new()
+        .route("/admin/reload", post(reload))
+        .route("/admin/status", get(status))
+}
+
+/// The main listener's guard on the admin routes (`axum::middleware::from_fn_with_state`).
+pub async fn require_token(
+    State(token): State<Arc<String>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let expected = format!("Bearer {token}");
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    // Compare without early exit so the token cannot be guessed byte by byte from timing.
+    let ok = given.is_some_and(|g| {
+        g.len() == expected.len()
+            && g.bytes()
+                .zip(expected.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        next.run(request).await
+    } else {
+        ApiError::unauthorized().into_response()
+    }
+}
 
 pub async fn reload(State(runtime): State<Arc<Runtime>>) -> Response {
     match runtime.reload_from_file().await {
         Ok(report) => (StatusCode::OK, Json(json!({"ok": true, "report": report}))).into_response(),
         Err(e) => {
             let status = match e {
-                crate::runtime::ReloadError::NoSource => StatusCode::CONFLICT,
-                crate::runtime::ReloadError::Config(_) => StatusCode::BAD_REQUEST,
+                crate::reload::ReloadError::NoSource => StatusCode::CONFLICT,
+                crate::reload::ReloadError::Config(_) => StatusCode::BAD_REQUEST,
                 _ => StatusCode::UNPROCESSABLE_ENTITY,
             };
             let body = json!({"ok": false, "error": e.to_string(),
-                              "serving_generation": runtime.current().id});
+                              "serving_generation": runtime.current().generation});
             (status, Json(body)).into_response()
         }
     }
 }
 
 pub async fn status(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
-    let generation = runtime.current();
-    let used: Vec<&str> = generation
+    let deployment = runtime.current();
+    let used: Vec<&str> = deployment
         .plugins
         .iter()
         .map(|p| p.sha256.as_str())
@@ -50,12 +85,12 @@ pub async fn status(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
         p["name"].as_str().unwrap_or_default().to_string()
             + p["version"].as_str().unwrap_or_default()
     });
-    let mut instances: Vec<Value> = generation.instances().map(describe).collect();
+    let mut instances: Vec<Value> = deployment.instances().map(describe).collect();
     instances.sort_by_key(|i| i["name"].as_str().unwrap_or_default().to_string());
     let retired: Vec<Value> = runtime.retired_instances().iter().map(describe).collect();
     Json(json!({
-        "generation": generation.id,
-        "config": generation.config.source,
+        "generation": deployment.generation,
+        "config": deployment.config.source(),
         "plugins": plugins,
         "instances": instances,
         "retired_instances": retired,

@@ -2,27 +2,11 @@
 //! fallbacks. A request that meets only draining instances (a reload swapped the table between
 //! resolve and submit) is resolved again against the new table, so reloads fail no request.
 
-use super::error::ApiError;
-use crate::{
-    instance::{Admission, Instance, Refusal},
-    router::RouteError,
-    runtime::Runtime,
-};
+use super::{error::ApiError, event_stream::EventStream};
+use crate::{instance::Refusal, router::RouteError, runtime::Runtime};
 use axum::http::HeaderMap;
-use std::sync::Arc;
-use switchyard_plugin_api::{Event, Request};
-use tokio::sync::mpsc;
-
-pub struct Dispatched {
-    pub admission: Admission,
-    pub events: mpsc::UnboundedReceiver<Event>,
-}
-
-impl Dispatched {
-    pub fn instance(&self) -> &Arc<Instance> {
-        self.admission.instance()
-    }
-}
+use std::time::Instant;
+use switchyard_plugin_api::Request;
 
 const RESOLVE_ATTEMPTS: usize = 3;
 
@@ -31,18 +15,19 @@ pub fn dispatch(
     model: &str,
     headers: &HeaderMap,
     request: Request,
-) -> Result<Dispatched, ApiError> {
-    let retry_after = runtime.current().config.server.retry_after_secs;
+    started: Instant,
+) -> Result<EventStream, ApiError> {
+    let retry_after = runtime.current().config.server().retry_after_secs;
     let modality = request.modality();
     let mut last_generation = None;
     for _ in 0..RESOLVE_ATTEMPTS {
-        let generation = runtime.current();
-        if last_generation == Some(generation.id) {
+        let deployment = runtime.current();
+        if last_generation == Some(deployment.generation) {
             break;
         }
-        last_generation = Some(generation.id);
+        last_generation = Some(deployment.generation);
         let candidates =
-            generation
+            deployment
                 .table
                 .resolve(model, modality, headers)
                 .map_err(|e| match e {
@@ -51,8 +36,9 @@ pub fn dispatch(
                 })?;
         let (mut full, mut unavailable, mut unsupported) = (None, None, None);
         for instance in candidates {
-            match instance.submit(request.clone()) {
-                Ok((admission, events)) => return Ok(Dispatched { admission, events }),
+            let metrics = &runtime.metrics;
+            match EventStream::open(&instance, request.clone(), metrics, model, started) {
+                Ok(events) => return Ok(events),
                 Err(Refusal::Full(m)) => full = Some(m),
                 Err(Refusal::Unavailable(m)) => unavailable = Some(m),
                 Err(Refusal::Unsupported(m)) => unsupported = Some(m),
@@ -74,7 +60,7 @@ pub fn dispatch(
         }
         // Only draining/stopped instances: a reload may have just swapped the table.
         if let Some(m) = unavailable {
-            if runtime.current().id == generation.id {
+            if runtime.current().generation == deployment.generation {
                 return Err(ApiError::unavailable(m));
             }
         }

@@ -17,8 +17,8 @@ pub async fn health() -> &'static str {
 }
 
 pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
-    let generation = runtime.current();
-    let states: serde_json::Map<String, serde_json::Value> = generation
+    let deployment = runtime.current();
+    let states: serde_json::Map<String, serde_json::Value> = deployment
         .instances()
         .map(|i| {
             (
@@ -27,10 +27,10 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
             )
         })
         .collect();
-    let configured = generation.config.models.len();
+    let configured = deployment.config.models().len();
     let all_ready = configured > 0
         && states.len() == configured
-        && generation
+        && deployment
             .instances()
             .all(|i| i.state() == InstanceState::Ready);
     let status = if all_ready {
@@ -40,13 +40,13 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
     };
     (
         status,
-        Json(json!({"ready": all_ready, "generation": generation.id, "instances": states})),
+        Json(json!({"ready": all_ready, "generation": deployment.generation, "instances": states})),
     )
         .into_response()
 }
 
 pub async fn metrics(State(runtime): State<Arc<Runtime>>) -> Response {
-    let text = runtime.metrics.render(&runtime);
+    let text = runtime.metrics.render(&runtime.metrics_snapshot());
     (
         [(
             header::CONTENT_TYPE,
@@ -58,9 +58,9 @@ pub async fn metrics(State(runtime): State<Arc<Runtime>>) -> Response {
 }
 
 pub async fn models(State(runtime): State<Arc<Runtime>>) -> Json<serde_json::Value> {
-    let generation = runtime.current();
+    let deployment = runtime.current();
     let created = unix_now();
-    let data: Vec<_> = generation
+    let data: Vec<_> = deployment
         .config
         .public_model_names()
         .into_iter()

@@ -4,44 +4,41 @@ mod admin;
 mod chat;
 mod dispatch;
 pub mod error;
+pub mod event_stream;
 mod health;
 mod logprobs;
 mod openai;
+pub mod outcome;
 mod record;
 mod transcriptions;
 
-use crate::{instance::Instance, runtime::Runtime};
+use crate::{instance::endpoint_name, metrics::Metrics, reload, runtime::Runtime};
 use axum::{
-    extract::{DefaultBodyLimit, Request, State},
-    http::{header, HeaderMap, HeaderName, HeaderValue},
-    middleware::{self, Next},
-    response::{IntoResponse, Response},
+    extract::DefaultBodyLimit,
+    middleware,
     routing::{get, post},
     Router,
 };
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+use switchyard_plugin_api::Endpoint;
 
-/// Names the instance and plugin version that served a response.
-pub const SERVED_BY_INSTANCE: &str = "x-switchyard-instance";
-pub const SERVED_BY_PLUGIN: &str = "x-switchyard-plugin";
-
-pub fn served_by_headers(instance: &Instance) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&instance.name) {
-        headers.insert(HeaderName::from_static(SERVED_BY_INSTANCE), v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&instance.plugin_label()) {
-        headers.insert(HeaderName::from_static(SERVED_BY_PLUGIN), v);
-    }
-    headers
-}
-
-fn api_routes() -> Router<Arc<Runtime>> {
+fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
+    // Each API route writes down its responses' outcomes (`x-switchyard-*` headers, refusals)
+    // under its endpoint's name.
+    let outcomes = |endpoint: Endpoint| {
+        middleware::map_response_with_state(
+            (metrics.clone(), endpoint_name(endpoint)),
+            outcome::record,
+        )
+    };
     Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route(
+            "/v1/chat/completions",
+            post(chat::chat_completions).layer(outcomes(Endpoint::Chat)),
+        )
         .route(
             "/v1/audio/transcriptions",
-            post(transcriptions::transcriptions),
+            post(transcriptions::transcriptions).layer(outcomes(Endpoint::Transcription)),
         )
         .route("/v1/models", get(health::models))
         .route("/health", get(health::health))
@@ -49,41 +46,14 @@ fn api_routes() -> Router<Arc<Runtime>> {
         .route("/metrics", get(health::metrics))
 }
 
-fn admin_routes() -> Router<Arc<Runtime>> {
-    Router::new()
-        .route("/admin/reload", post(admin::reload))
-        .route("/admin/status", get(admin::status))
-}
-
-async fn require_token(State(token): State<Arc<String>>, request: Request, next: Next) -> Response {
-    let expected = format!("Bearer {token}");
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    // Compare without early exit so the token cannot be guessed byte by byte from timing.
-    let ok = given.is_some_and(|g| {
-        g.len() == expected.len()
-            && g.bytes()
-                .zip(expected.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    });
-    if ok {
-        next.run(request).await
-    } else {
-        error::ApiError::unauthorized().into_response()
-    }
-}
-
 /// The main listener's router: the API, plus admin behind a bearer token when one is configured.
 pub fn main_router(runtime: Arc<Runtime>) -> Router {
-    let server = runtime.current().config.server.clone();
-    let mut router = api_routes();
+    let server = runtime.current().config.server().clone();
+    let mut router = api_routes(&runtime.metrics);
     if let Some(token) = server.admin_token.clone() {
-        router = router.merge(admin_routes().layer(middleware::from_fn_with_state(
+        router = router.merge(admin::routes().layer(middleware::from_fn_with_state(
             Arc::new(token),
-            require_token,
+            admin::require_token,
         )));
     }
     router
@@ -93,65 +63,63 @@ pub fn main_router(runtime: Arc<Runtime>) -> Router {
 
 /// The admin listener's router (loopback only; no token needed).
 pub fn admin_router(runtime: Arc<Runtime>) -> Router {
-    admin_routes()
+    admin::routes()
         .route("/health", get(health::health))
         .with_state(runtime)
 }
 
-pub struct Listeners {
-    pub main: SocketAddr,
-    pub admin: Option<SocketAddr>,
+/// Why serving stopped with an error. The messages are those of the underlying errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Binding or serving a listener.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Watching the config file (`server.watch_config`).
+    #[error(transparent)]
+    Watch(#[from] notify::Error),
 }
 
-/// Serves until SIGINT/SIGTERM, reloading on SIGHUP and (opt-in) when the config file changes.
+/// Serves until SIGINT/SIGTERM, with the reload triggers running (see `crate::reload::triggers`).
 pub async fn serve(
     runtime: Arc<Runtime>,
     listen: SocketAddr,
     admin: Option<SocketAddr>,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     let main = tokio::net::TcpListener::bind(listen).await?;
     let main_addr = main.local_addr()?;
     tracing::info!(%main_addr, "listening");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
-    {
-        let mut stop = stop_rx.clone();
-        let app = main_router(runtime.clone());
-        tasks.spawn(async move {
-            axum::serve(main, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
-    }
+    let app = main_router(runtime.clone());
+    tasks.spawn(serve_until_stopped(main, app, stop_rx.clone()));
     if let Some(addr) = admin {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(admin_addr = %listener.local_addr()?, "admin listening");
-        let mut stop = stop_rx.clone();
         let app = admin_router(runtime.clone());
-        tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        tasks.spawn(serve_until_stopped(listener, app, stop_rx.clone()));
     }
-    spawn_sighup_reloader(runtime.clone());
-    if runtime.current().config.server.watch_config {
-        if let Some(path) = runtime.config_path().map(PathBuf::from) {
-            spawn_config_watcher(runtime.clone(), path)?;
-        }
-    }
+    reload::triggers::spawn(&runtime)?;
 
     wait_for_termination().await;
     tracing::info!("shutting down: draining instances");
-    let deadline = Duration::from_secs_f64(runtime.current().config.server.drain_timeout_secs);
+    let deadline = Duration::from_secs_f64(runtime.current().config.server().drain_timeout_secs);
     let _ = stop_tx.send(true);
     runtime.shutdown(deadline).await;
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Serves `app` on `listener` until `stop` turns true, then finishes the open connections.
+async fn serve_until_stopped(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await
 }
 
 async fn wait_for_termination() {
@@ -161,53 +129,4 @@ async fn wait_for_termination() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-}
-
-fn spawn_sighup_reloader(runtime: Arc<Runtime>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot install the SIGHUP handler; reload with POST /admin/reload");
-        return;
-    };
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading the configuration");
-            let _ = runtime.reload_from_file().await;
-        }
-    });
-}
-
-/// Watches the config file's directory (editors replace files by rename) and reloads after the
-/// writes settle.
-fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> anyhow::Result<()> {
-    use notify::{RecursiveMode, Watcher};
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let file_name = path.file_name().map(|n| n.to_os_string());
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event {
-            if event
-                .paths
-                .iter()
-                .any(|p| p.file_name().map(|n| n.to_os_string()) == file_name)
-            {
-                let _ = tx.send(());
-            }
-        }
-    })?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    watcher.watch(dir, RecursiveMode::NonRecursive)?;
-    tokio::spawn(async move {
-        let _keep_alive = watcher;
-        while rx.recv().await.is_some() {
-            // Debounce: editors write in several steps.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            while rx.try_recv().is_ok() {}
-            tracing::info!("config file changed: reloading");
-            let _ = runtime.reload_from_file().await;
-        }
-    });
-    Ok(())
 }

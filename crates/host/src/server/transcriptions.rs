@@ -3,11 +3,11 @@
 //! the instruction its model needs.
 
 use super::{
-    chat::{collect, usage_json},
+    chat::usage_json,
     dispatch::dispatch,
     error::ApiError,
-    record::{record_refusal, RequestRecord},
-    served_by_headers,
+    event_stream::{EventStream, Step},
+    outcome::{Refused, Served},
 };
 use crate::runtime::Runtime;
 use abi_stable::std_types::RVec;
@@ -16,13 +16,14 @@ use axum::{
     http::HeaderMap,
     response::{
         sse::{Event as SseEvent, Sse},
-        IntoResponse, Response,
+        IntoResponse,
     },
     Json,
 };
+use futures_util::{Stream, StreamExt};
 use serde_json::json;
-use std::{sync::Arc, time::Instant};
-use switchyard_plugin_api::{Endpoint, Event, Message, Part, Request, Role, SamplingParams};
+use std::{convert::Infallible, sync::Arc, time::Instant};
+use switchyard_plugin_api::{Endpoint, Message, Part, Request, Role, SamplingParams};
 
 #[derive(Default)]
 struct Form {
@@ -83,6 +84,31 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
     Ok(form)
 }
 
+impl Form {
+    /// The model, the clip and its format, and the response format; errors name the field.
+    fn checked(&self) -> Result<(String, Vec<u8>, String, String), ApiError> {
+        let model = self
+            .model
+            .clone()
+            .ok_or_else(|| ApiError::invalid_param("model", "the model field is required"))?;
+        let (data, format) = self
+            .file
+            .clone()
+            .ok_or_else(|| ApiError::invalid_param("file", "the file field is required"))?;
+        let response_format = self
+            .response_format
+            .clone()
+            .unwrap_or_else(|| "json".into());
+        if !matches!(response_format.as_str(), "json" | "text") {
+            return Err(ApiError::invalid_param(
+                "response_format",
+                "supported: json, text",
+            ));
+        }
+        Ok((model, data, format, response_format))
+    }
+}
+
 /// `wav`, `mp3`, ... from the file name, else from the content type, else empty.
 fn audio_format(file_name: Option<&str>, content_type: Option<&str>) -> String {
     if let Some(ext) = file_name
@@ -103,43 +129,10 @@ pub async fn transcriptions(
     State(runtime): State<Arc<Runtime>>,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
-) -> Response {
+) -> Result<Served, Refused> {
     let started = Instant::now();
-    let form = match read_form(multipart).await {
-        Ok(f) => f,
-        Err(e) => {
-            record_refusal(&runtime, "", "transcription", e.status.as_u16(), e.code);
-            return e.into_response();
-        }
-    };
-    let checked = (|| {
-        let model = form
-            .model
-            .clone()
-            .ok_or_else(|| ApiError::invalid_param("model", "the model field is required"))?;
-        let (data, format) = form
-            .file
-            .clone()
-            .ok_or_else(|| ApiError::invalid_param("file", "the file field is required"))?;
-        let format_out = form
-            .response_format
-            .clone()
-            .unwrap_or_else(|| "json".into());
-        if !matches!(format_out.as_str(), "json" | "text") {
-            return Err(ApiError::invalid_param(
-                "response_format",
-                "supported: json, text",
-            ));
-        }
-        Ok((model, data, format, format_out))
-    })();
-    let (model, data, format, response_format) = match checked {
-        Ok(v) => v,
-        Err(e) => {
-            record_refusal(&runtime, "", "transcription", e.status.as_u16(), e.code);
-            return e.into_response();
-        }
-    };
+    let form = read_form(multipart).await.map_err(Refused::unread)?;
+    let (model, data, format, response_format) = form.checked().map_err(Refused::unread)?;
     let mut parts = vec![Part::Audio {
         data: RVec::from(data),
         format: format.into(),
@@ -161,69 +154,40 @@ pub async fn transcriptions(
             }],
         )
     };
-    let d = match dispatch(&runtime, &model, &headers, request) {
-        Ok(d) => d,
-        Err(e) => {
-            record_refusal(&runtime, &model, "transcription", e.status.as_u16(), e.code);
-            return e.into_response();
+    let events = dispatch(&runtime, &model, &headers, request, started)
+        .map_err(|e| Refused::new(&model, e))?;
+    let instance = events.instance().clone();
+    let retry_after = runtime.current().config.server().retry_after_secs;
+    let response = if form.stream {
+        stream_transcript(events, retry_after).into_response()
+    } else {
+        match events.answer().await {
+            Ok(answer) if response_format == "text" => answer.text.into_response(),
+            Ok(answer) => Json(json!({"text": answer.text, "usage": {"type": "tokens",
+                "input_tokens": answer.usage.prompt_tokens, "output_tokens": answer.usage.completion_tokens,
+                "total_tokens": answer.usage.prompt_tokens + answer.usage.completion_tokens}}))
+            .into_response(),
+            Err(failure) => failure.to_api_error(retry_after).into_response(),
         }
     };
-    let mut record = RequestRecord::new(
-        runtime.clone(),
-        d.instance().clone(),
-        &model,
-        "transcription",
-        started,
-    );
-    let served_by = served_by_headers(d.instance());
-    let retry_after = runtime.current().config.server.retry_after_secs;
-    if form.stream {
-        let mut d = d;
-        let stream = async_stream::stream! {
-            let mut text = String::new();
-            loop {
-                match d.events.recv().await {
-                    Some(Event::Started { .. }) => {}
-                    Some(Event::Token { text: piece, .. }) => {
-                        record.token();
-                        text.push_str(&piece);
-                        yield Ok::<_, std::convert::Infallible>(SseEvent::default().data(
-                            json!({"type": "transcript.text.delta", "delta": piece.as_str()}).to_string()));
-                    }
-                    Some(Event::Finished { usage, .. }) => {
-                        d.admission.mark_finished();
-                        record.finish(200);
-                        yield Ok(SseEvent::default().data(json!({"type": "transcript.text.done", "text": text,
-                            "usage": usage_json(usage)}).to_string()));
-                        break;
-                    }
-                    Some(Event::Failed(error)) => {
-                        d.admission.mark_finished();
-                        let e = ApiError::from_plugin(&error, retry_after);
-                        record.fail(e.status.as_u16(), e.code);
-                        yield Ok(SseEvent::default().data(e.body().to_string()));
-                        break;
-                    }
-                    None => {
-                        d.admission.mark_finished();
-                        record.fail(500, "no_terminal_event");
-                        yield Ok(SseEvent::default().data(ApiError::internal("the model ended the request without finishing it").body().to_string()));
-                        break;
-                    }
-                }
-            }
-        };
-        return (served_by, Sse::new(stream)).into_response();
-    }
-    match collect(d, record, retry_after, None).await {
-        Ok(done) if response_format == "text" => (served_by, done.text).into_response(),
-        Ok(done) => (
-            served_by,
-            Json(json!({"text": done.text, "usage": {"type": "tokens",
-            "input_tokens": done.usage.prompt_tokens, "output_tokens": done.usage.completion_tokens,
-            "total_tokens": done.usage.prompt_tokens + done.usage.completion_tokens}})),
-        )
-            .into_response(),
-        Err(e) => (served_by, e).into_response(),
-    }
+    Ok(Served::new(instance, response))
+}
+
+/// `transcript.text.delta` per token, then `transcript.text.done` with the whole text.
+fn stream_transcript(
+    events: EventStream,
+    retry_after: u32,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let mut text = String::new();
+    let data = events.into_steps().map(move |step| match step {
+        Step::Token { text: piece, .. } => {
+            text.push_str(&piece);
+            json!({"type": "transcript.text.delta", "delta": piece.as_str()})
+        }
+        Step::Finished { usage, .. } => {
+            json!({"type": "transcript.text.done", "text": text, "usage": usage_json(usage)})
+        }
+        Step::Failed(failure) => failure.to_api_error(retry_after).body(),
+    });
+    Sse::new(data.map(|v| Ok(SseEvent::default().data(v.to_string()))))
 }

@@ -1,0 +1,89 @@
+//! `switchyard plugins inspect` and `switchyard config check`: what a plugin file or a config
+//! file would do, found without serving.
+
+use crate::{config, registry};
+use std::{path::PathBuf, process::ExitCode};
+
+pub fn inspect(file: PathBuf) -> anyhow::Result<ExitCode> {
+    let sha256 = registry::file_sha256(&file)?;
+    let text = registry::read_manifest_text(&file)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let manifest: serde_json::Value = serde_json::from_str(&text)?;
+    // The layout check runs on a private copy, exactly as the registry would load it.
+    let dir = std::env::temp_dir().join(format!("switchyard-inspect-{}", std::process::id()));
+    let registry = registry::Registry::new(dir.clone())?;
+    let verdict = match registry.load("inspected", &file, None) {
+        Ok(p) => serde_json::json!({"compatible": true, "loaded_as": p.label()}),
+        Err(e) => serde_json::json!({"compatible": false, "reason": e.to_string()}),
+    };
+    let _ = std::fs::remove_dir_all(dir);
+    let out = serde_json::json!({
+        "file": file, "sha256": sha256, "manifest": manifest,
+        "host_api_version": switchyard_plugin_api::API_VERSION.to_string(), "check": verdict,
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
+    let config = match config::load(&file) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{}: invalid", file.display());
+            for e in &errors.0 {
+                eprintln!("  - {e}");
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut problems = Vec::new();
+    for (i, plugin) in config.plugins().iter().enumerate() {
+        let sha = registry::file_sha256(&plugin.path)?;
+        if let Some(pin) = &plugin.sha256 {
+            if !pin.eq_ignore_ascii_case(&sha) {
+                problems.push(format!("plugins[{i}].sha256: pinned {pin}, file has {sha}"));
+            }
+        }
+        match registry::read_manifest_json(&plugin.path) {
+            Err(e) => problems.push(format!("plugins[{i}].path: {e}")),
+            Ok(manifest) => {
+                if !switchyard_plugin_api::API_VERSION.accepts(manifest.api_version) {
+                    problems.push(format!(
+                        "plugins[{i}].path: built for plugin API {}, host speaks {}",
+                        manifest.api_version,
+                        switchyard_plugin_api::API_VERSION
+                    ));
+                }
+                for (j, model) in config
+                    .models()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.plugin == plugin.name)
+                {
+                    if manifest.kind(&model.kind).is_none() {
+                        problems.push(format!(
+                            "models[{j}].kind: plugin {} has no kind {:?}",
+                            plugin.name, model.kind
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        println!(
+            "{}: ok ({} plugins, {} models, {} routes)",
+            file.display(),
+            config.plugins().len(),
+            config.models().len(),
+            config.routes().len()
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("{}: invalid", file.display());
+        for p in problems {
+            eprintln!("  - {p}");
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,84 @@
+//! Creating and warming one model instance for a reload: the host services a plugin gets, the
+//! plugin's `create_model`, then its warm-up. Blocking; the reload runs it off the async threads.
+
+use super::error::ReloadError;
+use crate::{config::ModelConfig, instance::Instance, registry::LoadedPlugin};
+use abi_stable::std_types::{RResult, RStr};
+use std::{path::Path, sync::Arc};
+use switchyard_plugin_api::{HostServices, LogLevel, SettingsText};
+
+/// `index` is the model's place in the config (errors name it), `config_dir` the directory its
+/// settings' relative paths start from, `cache_root` the host's cache directory.
+pub fn instance(
+    index: usize,
+    model: &ModelConfig,
+    config_dir: &Path,
+    cache_root: &Path,
+    plugin: Arc<LoadedPlugin>,
+) -> Result<Arc<Instance>, ReloadError> {
+    let Some(kind) = plugin.manifest.kind(&model.kind).cloned() else {
+        return Err(ReloadError::UnknownKind {
+            index,
+            name: model.name.clone(),
+            plugin: plugin.label(),
+            kind: model.kind.clone(),
+            available: plugin
+                .manifest
+                .models
+                .iter()
+                .map(|m| m.kind.to_string())
+                .collect(),
+        });
+    };
+    let cache_dir = cache_root
+        .join("plugins")
+        .join(plugin.manifest.name.as_str());
+    let _ = std::fs::create_dir_all(&cache_dir);
+    let threads = model.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    });
+    let services = HostServices {
+        log: host_log,
+        cache_dir: cache_dir.to_string_lossy().into_owned().into(),
+        thread_budget: threads,
+        instance_name: model.name.clone().into(),
+        config_dir: config_dir.to_string_lossy().into_owned().into(),
+    };
+    let settings = SettingsText::json(model.settings.to_string());
+    let made = (plugin.module.create_model())(RStr::from(model.kind.as_str()), settings, services);
+    let model_box = match made {
+        RResult::ROk(m) => m,
+        RResult::RErr(e) => {
+            return Err(ReloadError::Create {
+                index,
+                name: model.name.clone(),
+                message: e.to_string(),
+            })
+        }
+    };
+    let instance = Arc::new(Instance::new(model, plugin, kind, model_box));
+    if let Err(e) = instance.warm() {
+        instance.stop_now();
+        return Err(ReloadError::Warm {
+            index,
+            name: model.name.clone(),
+            message: e.to_string(),
+        });
+    }
+    tracing::info!(instance = %instance.name, plugin = %instance.plugin_label(), "instance ready");
+    Ok(instance)
+}
+
+/// The log callback handed to plugins: their records go into the host's `tracing` output.
+extern "C" fn host_log(level: LogLevel, target: RStr<'_>, message: RStr<'_>) {
+    let (instance, message) = (target.as_str(), message.as_str());
+    match level {
+        LogLevel::Error => tracing::error!(target: "plugin", instance, "{message}"),
+        LogLevel::Warn => tracing::warn!(target: "plugin", instance, "{message}"),
+        LogLevel::Info => tracing::info!(target: "plugin", instance, "{message}"),
+        LogLevel::Debug => tracing::debug!(target: "plugin", instance, "{message}"),
+        LogLevel::Trace => tracing::trace!(target: "plugin", instance, "{message}"),
+    }
+}

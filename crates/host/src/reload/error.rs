@@ -1,0 +1,34 @@
+//! Why a reload was refused. Each message names the config key, model or plugin at fault; the
+//! admin endpoint maps the variants to status codes.
+
+use crate::{config::ConfigErrors, registry::RegistryError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    #[error("{0}")]
+    Plugin(#[from] RegistryError),
+    #[error("models[{index}] ({name}): plugin {plugin} has no model kind {kind:?} (it has {available:?})")]
+    UnknownKind {
+        index: usize,
+        name: String,
+        plugin: String,
+        kind: String,
+        available: Vec<String>,
+    },
+    #[error("models[{index}] ({name}): creation failed: {message}")]
+    Create {
+        index: usize,
+        name: String,
+        message: String,
+    },
+    #[error("models[{index}] ({name}): warm-up failed: {message}")]
+    Warm {
+        index: usize,
+        name: String,
+        message: String,
+    },
+    #[error("no config file to reload from")]
+    NoSource,
+}

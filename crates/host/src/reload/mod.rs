@@ -1,0 +1,196 @@
+//! Reload: build the next deployment beside the current one (load libraries, create and warm
+//! instances), swap it in, then drain the instances it no longer uses. Any failure before the
+//! swap leaves the current deployment untouched. The triggers that start a reload besides
+//! `POST /admin/reload` (SIGHUP, a watched config file) are in [`triggers`].
+
+mod create;
+mod error;
+pub mod triggers;
+
+pub use error::ReloadError;
+
+use crate::{
+    config::{self, ValidConfig},
+    deployment::Deployment,
+    instance::{fingerprint, Instance, InstanceState},
+    registry::{file_sha256, LoadedPlugin, RegistryError},
+    router::RouteTable,
+    runtime::Runtime,
+};
+use serde::Serialize;
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+#[derive(Debug, Serialize)]
+pub struct ReloadReport {
+    pub generation: u64,
+    pub created: Vec<String>,
+    pub reused: Vec<String>,
+    pub retiring: Vec<String>,
+    pub plugins: Vec<String>,
+    pub retired_libraries: usize,
+    pub duration_ms: u64,
+}
+
+impl Runtime {
+    /// Reloads from the config file.
+    pub async fn reload_from_file(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
+        let path = self
+            .config_path()
+            .map(ToOwned::to_owned)
+            .ok_or(ReloadError::NoSource)?;
+        let config = tokio::task::spawn_blocking(move || config::load(&path))
+            .await
+            .expect("config loading does not panic")?;
+        self.apply(config).await
+    }
+
+    /// Builds a deployment from `config` and swaps it in; see the module docs.
+    pub async fn apply(self: &Arc<Self>, config: ValidConfig) -> Result<ReloadReport, ReloadError> {
+        let _one_at_a_time = self.reload_turn().await;
+        let started = Instant::now();
+        let result = self.build_and_swap(config, started).await;
+        self.metrics.reload(result.is_ok());
+        match &result {
+            Ok(report) => {
+                tracing::info!(generation = report.generation, created = ?report.created, reused = ?report.reused,
+                    retiring = ?report.retiring, "reload applied");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reload failed; the previous configuration keeps serving");
+            }
+        }
+        result
+    }
+
+    async fn build_and_swap(
+        self: &Arc<Self>,
+        config: ValidConfig,
+        started: Instant,
+    ) -> Result<ReloadReport, ReloadError> {
+        let this = self.clone();
+        let cfg = config.clone();
+        let plugins = tokio::task::spawn_blocking(move || this.load_plugins(&cfg))
+            .await
+            .expect("plugin loading catches its panics")?;
+
+        let current = self.current();
+        let mut instances: HashMap<String, Arc<Instance>> = HashMap::new();
+        let mut created = Vec::new();
+        let mut reused = Vec::new();
+        for (index, model) in config.models().iter().enumerate() {
+            let plugin = plugins[&model.plugin].clone();
+            let fingerprint = fingerprint(model, &plugin.sha256);
+            let existing = current
+                .table
+                .instances()
+                .get(&model.name)
+                .filter(|i| i.fingerprint == fingerprint && i.state() == InstanceState::Ready);
+            if let Some(existing) = existing {
+                instances.insert(model.name.clone(), existing.clone());
+                reused.push(model.name.clone());
+                continue;
+            }
+            let cache_dir = self.cache_dir.clone();
+            let model_cfg = model.clone();
+            let config_dir = config.base_dir().to_path_buf();
+            let made = tokio::task::spawn_blocking(move || {
+                create::instance(index, &model_cfg, &config_dir, &cache_dir, plugin)
+            })
+            .await
+            .expect("instance creation catches its panics");
+            match made {
+                Ok(instance) => {
+                    created.push(instance.clone());
+                    instances.insert(model.name.clone(), instance);
+                }
+                Err(e) => {
+                    // Nothing was swapped: stop what this attempt created and keep serving.
+                    stop_all(created).await;
+                    return Err(e);
+                }
+            }
+        }
+
+        let table = RouteTable::build(&config, instances.clone());
+        let mut used: Vec<Arc<LoadedPlugin>> = plugins.into_values().collect();
+        used.sort_by(|a, b| a.sha256.cmp(&b.sha256));
+        used.dedup_by(|a, b| a.sha256 == b.sha256);
+        let generation = self.next_generation();
+        let drain_deadline = Duration::from_secs_f64(config.server().drain_timeout_secs);
+        let previous = self.swap(Deployment {
+            generation,
+            config,
+            table,
+            plugins: used.clone(),
+        });
+
+        // Drain what the new deployment no longer uses, in the background.
+        let retiring: Vec<Arc<Instance>> = previous
+            .instances()
+            .filter(|old| !instances.values().any(|new| Arc::ptr_eq(old, new)))
+            .cloned()
+            .collect();
+        for instance in &retiring {
+            self.remember_retired(instance.clone());
+            tokio::spawn(drain(instance.clone(), drain_deadline));
+        }
+
+        let label = |i: &Arc<Instance>| format!("{} ({})", i.name, i.plugin_label());
+        Ok(ReloadReport {
+            generation,
+            created: created.iter().map(label).collect(),
+            reused,
+            retiring: retiring.iter().map(label).collect(),
+            plugins: used.iter().map(|p| p.label()).collect(),
+            retired_libraries: self.retired_libraries(),
+            duration_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    fn load_plugins(
+        &self,
+        config: &ValidConfig,
+    ) -> Result<HashMap<String, Arc<LoadedPlugin>>, ReloadError> {
+        // Hash first, so the retired-library cap is checked before anything new is mapped.
+        let mut shas = Vec::new();
+        for plugin in config.plugins() {
+            let sha = file_sha256(&plugin.path).map_err(|source| RegistryError::Read {
+                name: plugin.name.clone(),
+                path: plugin.path.clone(),
+                source,
+            })?;
+            shas.push(sha);
+        }
+        self.registry()
+            .check_retired_cap(&shas, config.server().retired_library_cap)?;
+        let mut out = HashMap::new();
+        for plugin in config.plugins() {
+            let loaded =
+                self.registry()
+                    .load(&plugin.name, &plugin.path, plugin.sha256.as_deref())?;
+            out.insert(plugin.name.clone(), loaded);
+        }
+        Ok(out)
+    }
+}
+
+async fn drain(instance: Arc<Instance>, deadline: Duration) {
+    let name = instance.name.clone();
+    let version = instance.plugin_label();
+    let left = instance.drain_and_stop(deadline).await;
+    if left > 0 {
+        tracing::warn!(instance = %name, plugin = %version, cancelled = left, "drain deadline passed; cancelled the rest");
+    } else {
+        tracing::info!(instance = %name, plugin = %version, "instance drained and stopped");
+    }
+}
+
+async fn stop_all(instances: Vec<Arc<Instance>>) {
+    for instance in instances {
+        let _ = tokio::task::spawn_blocking(move || instance.stop_now()).await;
+    }
+}

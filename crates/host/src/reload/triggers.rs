@@ -1,0 +1,69 @@
+//! What starts a reload besides `POST /admin/reload`: SIGHUP, and (with `server.watch_config`)
+//! a change to the config file. Both reload from the file, as the admin endpoint does.
+
+use crate::runtime::Runtime;
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+/// Starts the triggers the current config asks for. They live as long as the tokio runtime.
+pub fn spawn(runtime: &Arc<Runtime>) -> notify::Result<()> {
+    spawn_sighup_reloader(runtime.clone());
+    if runtime.current().config.server().watch_config {
+        if let Some(path) = runtime.config_path().map(PathBuf::from) {
+            spawn_config_watcher(runtime.clone(), path)?;
+        }
+    }
+    Ok(())
+}
+
+fn spawn_sighup_reloader(runtime: Arc<Runtime>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install the SIGHUP handler; reload with POST /admin/reload");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            let _ = runtime.reload_from_file().await;
+        }
+    });
+}
+
+/// Watches the config file's directory (editors replace files by rename) and reloads after the
+/// writes settle.
+fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> notify::Result<()> {
+    use notify::{RecursiveMode, Watcher};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let file_name = path.file_name().map(|n| n.to_os_string());
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event {
+            if event
+                .paths
+                .iter()
+                .any(|p| p.file_name().map(|n| n.to_os_string()) == file_name)
+            {
+                let _ = tx.send(());
+            }
+        }
+    })?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    watcher.watch(dir, RecursiveMode::NonRecursive)?;
+    tokio::spawn(async move {
+        let _keep_alive = watcher;
+        while rx.recv().await.is_some() {
+            // Debounce: editors write in several steps.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            while rx.try_recv().is_ok() {}
+            tracing::info!("config file changed: reloading");
+            let _ = runtime.reload_from_file().await;
+        }
+    });
+    Ok(())
+}

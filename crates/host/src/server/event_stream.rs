@@ -1,0 +1,338 @@
+//! An admitted request's plugin events, read in one place for every way of answering it: one
+//! JSON body, chat chunks, transcription events, or the terminal of `switchyard run`. Those only
+//! format the [`Step`]s; [`EventStream`] keeps the rules of the plugin contract:
+//!
+//! - a request ends with `Finished` or `Failed`; a channel that closes before either (the plugin
+//!   dropped its sink) fails the request too, so no caller waits for an end that never comes;
+//! - a request that asked for log probabilities gets them with every token, or fails, rather
+//!   than answering with a silently shorter list;
+//! - the request's record (status, error kind, duration, time to the first token) is written
+//!   however it ends, and a client that goes away is recorded as such;
+//! - dropping the stream before the end cancels the request inside the plugin (through the
+//!   [`Admission`]); reaching the end does not.
+
+use super::{error::ApiError, record::RequestRecord};
+use crate::{
+    instance::{endpoint_name, Admission, Instance, Refusal},
+    metrics::{Metrics, ServedBy},
+};
+use abi_stable::std_types::RString;
+use futures_util::{stream, Stream};
+use std::{
+    sync::Arc,
+    task::{ready, Context, Poll},
+    time::Instant,
+};
+use switchyard_plugin_api::{Event, FinishReason, PluginError, Request, TokenLogprobs, Usage};
+use tokio::sync::mpsc;
+
+/// One step of an answer. The last step is `Finished` or `Failed`; nothing follows it.
+#[derive(Debug)]
+pub enum Step {
+    /// `logprobs` is set exactly when the request asked for log probabilities.
+    Token {
+        text: RString,
+        logprobs: Option<TokenLogprobs>,
+    },
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+    },
+    Failed(Failure),
+}
+
+/// The whole answer of a request that finished.
+#[derive(Debug)]
+pub struct Answer {
+    pub text: String,
+    /// One entry per token when the request asked for log probabilities, else empty.
+    pub logprobs: Vec<TokenLogprobs>,
+    pub reason: FinishReason,
+    pub usage: Usage,
+}
+
+/// Why an admitted request did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The plugin said so (`Event::Failed`).
+    #[error("{0}")]
+    Plugin(PluginError),
+    #[error("the model sent a token without the log probabilities the request asked for")]
+    MissingLogprobs,
+    #[error("the model ended the request without finishing it")]
+    NoTerminalEvent,
+}
+
+impl Failure {
+    /// The error a client sees.
+    pub fn to_api_error(&self, retry_after: u32) -> ApiError {
+        match self {
+            Self::Plugin(error) => ApiError::from_plugin(error, retry_after),
+            Self::MissingLogprobs | Self::NoTerminalEvent => ApiError::internal(self.to_string()),
+        }
+    }
+
+    /// The status and error kind the request's record keeps. A missing end is a plugin bug
+    /// worth its own kind, although the client sees a plain internal error.
+    fn recorded_as(&self) -> (u16, &'static str) {
+        match self {
+            Self::NoTerminalEvent => (500, "no_terminal_event"),
+            other => {
+                // `Retry-After` does not change the status or the code.
+                let error = other.to_api_error(0);
+                (error.status.as_u16(), error.code)
+            }
+        }
+    }
+}
+
+pub struct EventStream {
+    admission: Admission,
+    events: mpsc::UnboundedReceiver<Event>,
+    record: RequestRecord,
+    logprobs_wanted: bool,
+    ended: bool,
+}
+
+impl EventStream {
+    /// Submits `request` to `instance`. `model` is the name the client asked for, and `started`
+    /// when the request arrived; both go into the request's record.
+    pub fn open(
+        instance: &Arc<Instance>,
+        request: Request,
+        metrics: &Metrics,
+        model: &str,
+        started: Instant,
+    ) -> Result<Self, Refusal> {
+        let endpoint = endpoint_name(request.endpoint);
+        let logprobs_wanted = request.logprobs.is_some();
+        let (admission, events) = instance.submit(request)?;
+        let served_by = ServedBy {
+            instance: instance.name.clone(),
+            plugin_version: instance.plugin.version().to_string(),
+        };
+        let record = RequestRecord::new(metrics.clone(), served_by, model, endpoint, started);
+        Ok(Self {
+            admission,
+            events,
+            record,
+            logprobs_wanted,
+            ended: false,
+        })
+    }
+
+    /// The instance serving the request.
+    pub fn instance(&self) -> &Arc<Instance> {
+        self.admission.instance()
+    }
+
+    /// The steps, ending after `Finished` or `Failed`. The admission and the record go when the
+    /// consumer asks past the end, so a streamed answer counts as in flight until its last byte.
+    pub fn into_steps(self) -> impl Stream<Item = Step> {
+        stream::unfold(self, |mut events| async move {
+            if events.ended {
+                return None;
+            }
+            let step = std::future::poll_fn(|cx| events.poll_step(cx)).await;
+            Some((step, events))
+        })
+    }
+
+    /// Waits for the whole answer.
+    pub async fn answer(mut self) -> Result<Answer, Failure> {
+        let mut text = String::new();
+        let mut logprobs = Vec::new();
+        loop {
+            match std::future::poll_fn(|cx| self.poll_step(cx)).await {
+                Step::Token {
+                    text: piece,
+                    logprobs: sent,
+                } => {
+                    text.push_str(&piece);
+                    logprobs.extend(sent);
+                }
+                Step::Finished { reason, usage } => {
+                    return Ok(Answer {
+                        text,
+                        logprobs,
+                        reason,
+                        usage,
+                    })
+                }
+                Step::Failed(failure) => return Err(failure),
+            }
+        }
+    }
+
+    /// The next step; only for a stream that has not ended.
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
+        loop {
+            let event = ready!(self.events.poll_recv(cx));
+            if let Some(step) = self.step(event) {
+                return Poll::Ready(step);
+            }
+        }
+    }
+
+    /// Reads one event and does what it implies for the admission and the record.
+    fn step(&mut self, event: Option<Event>) -> Option<Step> {
+        if matches!(event, Some(Event::Token { .. })) {
+            self.record.token();
+        }
+        let step = read(event, self.logprobs_wanted)?;
+        match &step {
+            Step::Token { .. } => {}
+            Step::Finished { .. } => {
+                self.admission.mark_finished();
+                self.record.finish(200);
+                self.ended = true;
+            }
+            Step::Failed(failure) => {
+                // A request the plugin has not ended stays unfinished, so that dropping the
+                // admission cancels it there.
+                if !matches!(failure, Failure::MissingLogprobs) {
+                    self.admission.mark_finished();
+                }
+                let (status, kind) = failure.recorded_as();
+                self.record.fail(status, kind);
+                self.ended = true;
+            }
+        }
+        Some(step)
+    }
+}
+
+/// What one event (`None`: the channel closed) means for a request that did or did not ask for
+/// log probabilities; `None` for an event no caller formats.
+fn read(event: Option<Event>, logprobs_wanted: bool) -> Option<Step> {
+    Some(match event {
+        Some(Event::Started { .. }) => return None,
+        Some(Event::Token { text, logprobs, .. }) => match logprobs.into_option() {
+            None if logprobs_wanted => Step::Failed(Failure::MissingLogprobs),
+            sent => Step::Token {
+                text,
+                logprobs: sent.filter(|_| logprobs_wanted),
+            },
+        },
+        Some(Event::Finished { reason, usage }) => Step::Finished { reason, usage },
+        Some(Event::Failed(error)) => Step::Failed(Failure::Plugin(error)),
+        None => Step::Failed(Failure::NoTerminalEvent),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi_stable::std_types::ROption;
+    use switchyard_plugin_api::TokenLogprob;
+
+    fn token(logprobs: bool) -> Option<Event> {
+        let sampled = TokenLogprob {
+            id: 3,
+            bytes: b"hi".to_vec().into(),
+            logprob: -0.5,
+        };
+        Some(Event::Token {
+            id: 3,
+            text: "hi".into(),
+            logprobs: if logprobs {
+                ROption::RSome(TokenLogprobs {
+                    sampled,
+                    top: Vec::new().into(),
+                })
+            } else {
+                ROption::RNone
+            },
+        })
+    }
+
+    #[test]
+    fn tokens_carry_log_probabilities_exactly_when_asked() {
+        assert!(read(Some(Event::Started { prompt_tokens: 2 }), true).is_none());
+        match read(token(true), true) {
+            Some(Step::Token { text, logprobs }) => {
+                assert_eq!(text.as_str(), "hi");
+                assert_eq!(logprobs.map(|l| l.sampled.id), Some(3));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            read(token(true), false),
+            Some(Step::Token { logprobs: None, .. })
+        ));
+        assert!(matches!(
+            read(token(false), false),
+            Some(Step::Token { logprobs: None, .. })
+        ));
+        assert!(matches!(
+            read(token(false), true),
+            Some(Step::Failed(Failure::MissingLogprobs))
+        ));
+    }
+
+    #[test]
+    fn a_request_ends_finished_failed_or_without_an_end() {
+        let finished = Event::Finished {
+            reason: FinishReason::Length,
+            usage: Usage {
+                prompt_tokens: 1,
+                completion_tokens: 2,
+            },
+        };
+        assert!(matches!(
+            read(Some(finished), false),
+            Some(Step::Finished {
+                reason: FinishReason::Length,
+                usage: Usage {
+                    completion_tokens: 2,
+                    ..
+                }
+            })
+        ));
+        let failed = Event::Failed(PluginError::overloaded("queue full"));
+        match read(Some(failed), false) {
+            Some(Step::Failed(Failure::Plugin(e))) => assert_eq!(e.message.as_str(), "queue full"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            read(None, false),
+            Some(Step::Failed(Failure::NoTerminalEvent))
+        ));
+    }
+
+    #[test]
+    fn failures_read_as_http_errors_and_are_recorded_by_kind() {
+        let overloaded = Failure::Plugin(PluginError::overloaded("queue full"));
+        let error = overloaded.to_api_error(7);
+        assert_eq!(error.status.as_u16(), 429);
+        assert_eq!(error.message, "queue full");
+        assert_eq!(error.retry_after, Some(7));
+        assert_eq!(overloaded.recorded_as(), (429, "overloaded"));
+        let panicked = Failure::Plugin(PluginError::new(
+            switchyard_plugin_api::ErrorKind::Panic,
+            "boom",
+        ));
+        assert_eq!(panicked.recorded_as(), (500, "plugin_panic"));
+
+        let error = Failure::NoTerminalEvent.to_api_error(1);
+        assert_eq!(error.status.as_u16(), 500);
+        assert_eq!(error.code, "internal_error");
+        assert_eq!(
+            error.message,
+            "the model ended the request without finishing it"
+        );
+        assert_eq!(
+            Failure::NoTerminalEvent.recorded_as(),
+            (500, "no_terminal_event")
+        );
+        let error = Failure::MissingLogprobs.to_api_error(1);
+        assert_eq!(
+            error.message,
+            "the model sent a token without the log probabilities the request asked for"
+        );
+        assert_eq!(
+            Failure::MissingLogprobs.recorded_as(),
+            (500, "internal_error")
+        );
+    }
+}

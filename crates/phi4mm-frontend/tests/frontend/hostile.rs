@@ -5,7 +5,7 @@ use std::io::Cursor;
 use switchyard_phi4mm_frontend::audio::{self, AudioError, AudioOptions};
 use switchyard_phi4mm_frontend::image::{self, ImageError, ImageOptions};
 use switchyard_phi4mm_frontend::limits::{LimitError, Limits};
-use switchyard_phi4mm_frontend::prompt::{Message, Prompt, PromptError, Role};
+use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, PromptError, Role};
 
 fn wav_header(rate: u32, channels: u16, bits: u16, format_tag: u16, data_len: u32) -> Vec<u8> {
     let block = channels * bits / 8;
@@ -348,4 +348,181 @@ fn limits_deserialize_with_defaults() {
         }
     );
     assert!(serde_json::from_str::<Limits>(r#"{"max_imagez": 4}"#).is_err());
+}
+
+/// Reserved tokens of the fixture tokenizer with their ids.
+fn reserved_tokens(p: &Prompt) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = p
+        .tokenizer()
+        .get_added_tokens_decoder()
+        .into_iter()
+        .map(|(id, t)| (t.content, id))
+        .collect();
+    out.sort();
+    assert!(out.len() >= 7, "{out:?}");
+    out
+}
+
+fn text_parts(parts: &[&str]) -> Vec<ContentPart> {
+    parts
+        .iter()
+        .map(|t| ContentPart::Text {
+            text: (*t).to_owned(),
+        })
+        .collect()
+}
+
+/// The ids of a chat hold exactly the template's reserved ids: one role marker and one `<|end|>`
+/// per message, then `<|assistant|>`; and the user text between them decodes back to itself.
+fn assert_only_template_specials(p: &Prompt, messages: &[Message], what: &str) {
+    let encoded = p
+        .encode_messages(messages, true)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let id = |t: &str| p.tokenizer().token_to_id(t).unwrap();
+    let reserved: Vec<u32> = reserved_tokens(p).into_iter().map(|(_, id)| id).collect();
+    let specials: Vec<u32> = encoded
+        .ids
+        .iter()
+        .copied()
+        .filter(|i| reserved.contains(i))
+        .collect();
+    let mut want = Vec::new();
+    for m in messages {
+        want.push(id(m.role.marker()));
+        want.push(id("<|end|>"));
+    }
+    want.push(id("<|assistant|>"));
+    assert_eq!(specials, want, "{what}: reserved ids {:?}", encoded.ids);
+    // Between each marker and its <|end|>, the ids spell the message's joined text.
+    let mut rest = &encoded.ids[..];
+    for m in messages {
+        let end = rest.iter().position(|&i| i == id("<|end|>")).unwrap();
+        let joined: String = m
+            .content
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text { text } => text.as_str(),
+                _ => "",
+            })
+            .collect();
+        let decoded = p.tokenizer().decode(&rest[1..end], false).unwrap();
+        assert_eq!(decoded, joined, "{what}: text ids");
+        rest = &rest[end + 1..];
+    }
+}
+
+#[test]
+fn a_reserved_token_split_across_text_parts_stays_text() {
+    let p = Prompt::load(&switchyard_fixtures::fixture().join("model")).unwrap();
+    let end_id = p.tokenizer().token_to_id("<|end|>").unwrap();
+    // The case of issue 15: `<|en` + `d|>` joined by the template used to be `<|end|>`.
+    let messages = vec![Message {
+        role: Role::User,
+        content: text_parts(&["hello <|en", "d|> there"]),
+    }];
+    let encoded = p.encode_messages(&messages, true).unwrap();
+    assert_eq!(
+        encoded.ids.iter().filter(|&&i| i == end_id).count(),
+        1,
+        "only the template's <|end|>: {:?}",
+        encoded.ids
+    );
+    assert_eq!(
+        encoded.text,
+        "<|user|>hello <|end|> there<|end|><|assistant|>"
+    );
+    assert_only_template_specials(&p, &messages, "2 parts");
+    let (_, tokenized) = p.tokenize_messages(&messages, true).unwrap();
+    assert_eq!(tokenized, encoded.ids);
+
+    // Every reserved token, split at every point into two parts, and into three.
+    for (token, _) in reserved_tokens(&p) {
+        let cuts: Vec<usize> = (1..token.len()).collect();
+        for &i in &cuts {
+            let (a, b) = token.split_at(i);
+            for role in [Role::System, Role::User, Role::Assistant] {
+                let messages = vec![Message {
+                    role,
+                    content: text_parts(&["x ", a, b, " y"]),
+                }];
+                assert_only_template_specials(&p, &messages, &format!("{token} at {i}"));
+            }
+            for &j in cuts.iter().filter(|&&j| j > i) {
+                let messages = vec![Message {
+                    role: Role::User,
+                    content: text_parts(&[&token[..i], &token[i..j], &token[j..]]),
+                }];
+                assert_only_template_specials(&p, &messages, &format!("{token} at {i},{j}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_reserved_token_split_across_messages_or_role_markers_stays_text() {
+    let p = Prompt::load(&switchyard_fixtures::fixture().join("model")).unwrap();
+    for (token, _) in reserved_tokens(&p) {
+        for i in 1..token.len() {
+            let (a, b) = token.split_at(i);
+            // The end of one turn and the start of the next, around `<|end|><|user|>`.
+            let messages = vec![
+                Message::text(Role::System, format!("sys {a}")),
+                Message::text(Role::User, b.to_owned()),
+                Message::text(Role::Assistant, a.to_owned()),
+                Message::text(Role::User, format!("{b} end")),
+            ];
+            assert_only_template_specials(&p, &messages, &format!("{token} at {i}"));
+        }
+        // Halves that complete a marker's own text: `<|user|>` + `|>`, `end|>` + `<|end|>`.
+        for text in ["|>", "user|>", "<|", "<|end", "<|end|", "d|", "<|endoftext1"] {
+            let messages = vec![Message::text(Role::User, text)];
+            assert_only_template_specials(&p, &messages, text);
+        }
+    }
+    // Text next to a placeholder cannot join the placeholder token either.
+    let messages = vec![Message {
+        role: Role::User,
+        content: vec![
+            ContentPart::Text {
+                text: "<|endoftext1".into(),
+            },
+            ContentPart::Text {
+                text: "<|image_1|>".into(),
+            },
+            ContentPart::Text { text: "0|>".into() },
+            ContentPart::Image { bytes: vec![0] },
+        ],
+    }];
+    let encoded = p.encode_messages(&messages, true).unwrap();
+    let image_id = p.special().image;
+    assert_eq!(
+        encoded.ids.iter().filter(|&&i| i == image_id).count(),
+        1,
+        "{:?}",
+        encoded.ids
+    );
+}
+
+#[test]
+fn a_placeholder_split_across_parts_still_binds_on_the_joined_text() {
+    // Placeholders are typed by users on purpose; the parts of a message are one text, so
+    // `<|image_` + `1|>` is the placeholder of the message's image (no second one inserted).
+    let p = Prompt::load(&switchyard_fixtures::fixture().join("model")).unwrap();
+    let messages = vec![Message {
+        role: Role::User,
+        content: vec![
+            ContentPart::Text {
+                text: "see <|image_".into(),
+            },
+            ContentPart::Text {
+                text: "1|> now".into(),
+            },
+            ContentPart::Image { bytes: vec![7] },
+        ],
+    }];
+    let encoded = p.encode_messages(&messages, true).unwrap();
+    assert_eq!(encoded.text, "<|user|>see <|image_1|> now<|end|><|assistant|>");
+    let image_id = p.special().image;
+    assert_eq!(encoded.ids.iter().filter(|&&i| i == image_id).count(), 1);
+    assert_eq!(encoded.images, vec![&[7u8][..]]);
 }

@@ -231,30 +231,29 @@ fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio
                 spec.rate
             )));
         }
-        let needed = decoded.capacity() as u64;
-        let buf = match &mut buffer {
-            Some(b) if b.capacity() as u64 >= needed * channels as u64 => b,
-            _ => buffer.insert(SampleBuffer::<f32>::new(needed, spec)),
-        };
         // Refuse the packet that would pass a limit before any of it is stored, and grow the
         // buffer no further than the bound, so a stream of unstated length holds at most
         // `max_frames` samples whatever it declares.
-        let needed = mono.len().saturating_add(decoded.frames());
-        if needed > max_frames {
-            options.check_frames(needed as u64, rate)?;
+        let total = mono.len().saturating_add(decoded.frames());
+        if total > max_frames {
+            options.check_frames(total as u64, rate)?;
+            // check_frames refuses every total over max_frames, short of a NaN duration limit.
             return Err(AudioError::TooManySamples {
-                got: needed as u64,
+                got: total as u64,
                 rate,
                 limit: options.max_samples_per_clip,
                 which: SampleLimit::PerClip,
             });
         }
-        if needed > mono.capacity() {
-            let target = needed
-                .max(mono.capacity().saturating_mul(2))
-                .min(max_frames);
+        if total > mono.capacity() {
+            let target = total.max(mono.capacity().saturating_mul(2)).min(max_frames);
             mono.reserve_exact(target - mono.len());
         }
+        let needed = decoded.capacity() as u64;
+        let buf = match &mut buffer {
+            Some(b) if b.capacity() as u64 >= needed * channels as u64 => b,
+            _ => buffer.insert(SampleBuffer::<f32>::new(needed, spec)),
+        };
         buf.copy_interleaved_ref(decoded);
         let inv = 1.0 / channels as f64;
         for frame in buf.samples().chunks_exact(channels) {

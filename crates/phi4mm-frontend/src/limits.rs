@@ -6,6 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Default of [`Limits::max_audio_samples_per_clip`] and
+/// [`Limits::max_audio_samples_per_request`]: 30 minutes at 48 kHz.
+pub const DEFAULT_MAX_AUDIO_SAMPLES: u64 = 1800 * 48_000;
+/// Default of [`Limits::max_resample_filter_taps`].
+pub const DEFAULT_MAX_RESAMPLE_FILTER_TAPS: usize = 200_000;
+
 /// Limits applied before and while decoding request media.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -17,6 +23,21 @@ pub struct Limits {
     /// Encoded size of one audio clip, in bytes (default 512 MiB: 30 min of 48 kHz stereo 32-bit
     /// WAV is about 690 MB, 16-bit about 345 MB).
     pub max_audio_bytes: usize,
+    /// Decoded sample frames (samples per channel, at the clip's own rate) of one audio clip,
+    /// checked from the container's header before decoding where it states its length, and while
+    /// decoding otherwise (default 86,400,000: 30 min at 48 kHz; decoding holds 8 bytes per
+    /// sample, so about 691 MB). The duration limit alone would let a 384 kHz clip decode to
+    /// 691 million samples.
+    pub max_audio_samples_per_clip: u64,
+    /// Decoded sample frames of all audio clips of one request together, enforced the same way:
+    /// a clip is refused from its header or stopped while decoding once the request's running
+    /// total passes it (default 86,400,000).
+    pub max_audio_samples_per_request: u64,
+    /// Longest polyphase resampling filter one clip may need, in taps (default 200,000: about
+    /// 1.6 MB and a few milliseconds of design). SciPy's filter has `20·max(up, down) + 1` taps
+    /// for `up/down = 16000/fs` in lowest terms: every common rate needs at most 12,801
+    /// (11,025 Hz), but a rate coprime to 16000 such as 44,101 Hz needs 882,021.
+    pub max_resample_filter_taps: usize,
     /// Images in one request (default 16).
     pub max_images: usize,
     /// Decoded pixels (width × height) of one image, checked from the header before decoding
@@ -32,6 +53,9 @@ impl Default for Limits {
             max_audio_clips: 16,
             max_audio_seconds: 1800.0,
             max_audio_bytes: 512 << 20,
+            max_audio_samples_per_clip: DEFAULT_MAX_AUDIO_SAMPLES,
+            max_audio_samples_per_request: DEFAULT_MAX_AUDIO_SAMPLES,
+            max_resample_filter_taps: DEFAULT_MAX_RESAMPLE_FILTER_TAPS,
             max_images: 16,
             max_image_pixels: 50_000_000,
             max_image_bytes: 32 << 20,
@@ -48,6 +72,8 @@ pub enum LimitError {
     Images { got: usize, limit: usize },
     #[error("total audio duration {got_s:.2} s exceeds max_audio_seconds = {limit_s} s")]
     AudioSeconds { got_s: f64, limit_s: f64 },
+    #[error("total decoded audio samples {got} exceed max_audio_samples_per_request = {limit}")]
+    AudioSamples { got: u64, limit: u64 },
 }
 
 impl Limits {
@@ -63,6 +89,22 @@ impl Limits {
             return Err(LimitError::AudioClips {
                 got: audio_clips,
                 limit: self.max_audio_clips,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks the summed decoded sample frames of all clips of one request. Decoding already
+    /// enforces this limit clip by clip when each clip's [`AudioOptions::request_samples_used`]
+    /// carries the earlier clips' samples (as [`crate::audio::features_for_request`] does);
+    /// this is the check for a caller that decodes clips on its own.
+    ///
+    /// [`AudioOptions::request_samples_used`]: crate::audio::AudioOptions::request_samples_used
+    pub fn check_audio_samples_total(&self, total_samples: u64) -> Result<(), LimitError> {
+        if total_samples > self.max_audio_samples_per_request {
+            return Err(LimitError::AudioSamples {
+                got: total_samples,
+                limit: self.max_audio_samples_per_request,
             });
         }
         Ok(())

@@ -3,10 +3,12 @@
 //! WAV goes through `hound`, everything else through `symphonia`'s probe (MP3, FLAC, Ogg Vorbis).
 //! Values follow `soundfile`'s float conversion (integer PCM divided by 2^(bits-1)), and channels
 //! are averaged in float64, as the reference reads audio with `soundfile` and averages with numpy.
-//! Nothing is allocated from a header's claims before they are checked against the byte count and
-//! the duration limit, so a header claiming 4 GB costs nothing.
+//! Nothing is allocated from a header's claims before they are checked against the byte count,
+//! the duration limit and the sample limits, so a header claiming 4 GB costs nothing; a stream
+//! that states no length (or lies about it) is stopped while decoding, before the packet that
+//! would pass a limit is stored.
 
-use super::AudioError;
+use super::{AudioError, AudioOptions, SampleLimit};
 use std::io::Cursor;
 
 /// Mono samples and their rate.
@@ -17,18 +19,34 @@ pub struct DecodedAudio {
 }
 
 /// Decodes WAV (RIFF/RIFX/RF64 magic → `hound`) or another container (`symphonia`), refusing clips
-/// longer than `max_seconds`.
+/// longer than `max_seconds` or over the default sample limits
+/// ([`crate::limits::DEFAULT_MAX_AUDIO_SAMPLES`]); no resampling-cost limit applies.
 pub fn decode(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError> {
+    decode_with(
+        bytes,
+        &AudioOptions {
+            max_seconds,
+            max_filter_taps: usize::MAX,
+            ..AudioOptions::default()
+        },
+    )
+}
+
+/// Decodes under every limit of `options` that applies before features: the rate (its range and
+/// its resampling filter length), the duration and the decoded sample frames (of the clip, and of
+/// the request with `options.request_samples_used`). The encoded-size limit is the caller's
+/// ([`super::features_from_bytes`] checks it).
+pub fn decode_with(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
     if bytes.is_empty() {
         return Err(AudioError::Empty);
     }
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
-        decode_wav(bytes, max_seconds)
+        decode_wav(bytes, options)
     } else {
         // symphonia parses untrusted containers in pure Rust but does not promise to be
         // panic-free on every malformed stream; a panic there must not take the worker down.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            decode_symphonia(bytes, max_seconds)
+            decode_symphonia(bytes, options)
         }))
         .unwrap_or_else(|_| {
             Err(AudioError::Decode(
@@ -38,14 +56,7 @@ pub fn decode(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError
     }
 }
 
-fn check_rate(rate: u32) -> Result<(), AudioError> {
-    if !(super::MIN_SAMPLE_RATE..=super::MAX_SAMPLE_RATE).contains(&rate) {
-        return Err(AudioError::SampleRate(rate));
-    }
-    Ok(())
-}
-
-fn decode_wav(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError> {
+fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
     let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| match e {
         hound::Error::Unsupported => {
             AudioError::UnsupportedWav("format not supported by hound".into())
@@ -58,13 +69,13 @@ fn decode_wav(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError
     if channels == 0 {
         return Err(AudioError::NoChannels);
     }
-    check_rate(spec.sample_rate)?;
+    options.check_rate(spec.sample_rate)?;
     let frames = reader.duration() as usize;
     let seconds = frames as f64 / f64::from(spec.sample_rate);
-    if seconds > max_seconds {
+    if seconds > options.max_seconds {
         return Err(AudioError::TooLong {
             got_s: seconds,
-            limit_s: max_seconds,
+            limit_s: options.max_seconds,
         });
     }
     // The data chunk's claimed size must fit in what we were given: a header claiming gigabytes
@@ -77,6 +88,9 @@ fn decode_wav(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError
             bytes.len()
         )));
     }
+    // The header's length is exact here (data chunk ÷ block size, checked against the bytes), so
+    // the sample limits are enforced from it before the one allocation sized by it.
+    options.check_frames(frames as u64, spec.sample_rate)?;
     if frames == 0 {
         return Err(AudioError::Empty);
     }
@@ -148,7 +162,7 @@ where
     Ok(())
 }
 
-fn decode_symphonia(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, AudioError> {
+fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
     use symphonia::core::audio::SampleBuffer;
     use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
     use symphonia::core::errors::Error;
@@ -177,17 +191,14 @@ fn decode_symphonia(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, Audi
         .codec_params
         .sample_rate
         .ok_or_else(|| AudioError::Decode("unknown sample rate".into()))?;
-    check_rate(rate)?;
+    options.check_rate(rate)?;
+    // A stated length (FLAC STREAMINFO, an MP3 Xing/Info header, Ogg's last granule) is checked
+    // before the decoder exists; a stream that states none, or states less than it holds, meets
+    // the same bound below, packet by packet.
     if let Some(n_frames) = track.codec_params.n_frames {
-        let seconds = n_frames as f64 / f64::from(rate);
-        if seconds > max_seconds {
-            return Err(AudioError::TooLong {
-                got_s: seconds,
-                limit_s: max_seconds,
-            });
-        }
+        options.check_frames(n_frames, rate)?;
     }
-    let max_frames = (max_seconds * f64::from(rate)).ceil() as usize;
+    let max_frames = usize::try_from(options.max_frames(rate)).unwrap_or(usize::MAX);
     let mut decoder = symphonia::default::get_codecs()
         .make(&track.codec_params, &DecoderOptions::default())
         .map_err(|e| AudioError::Decode(format!("unsupported codec: {e}")))?;
@@ -220,6 +231,24 @@ fn decode_symphonia(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, Audi
                 spec.rate
             )));
         }
+        // Refuse the packet that would pass a limit before any of it is stored, and grow the
+        // buffer no further than the bound, so a stream of unstated length holds at most
+        // `max_frames` samples whatever it declares.
+        let total = mono.len().saturating_add(decoded.frames());
+        if total > max_frames {
+            options.check_frames(total as u64, rate)?;
+            // check_frames refuses every total over max_frames, short of a NaN duration limit.
+            return Err(AudioError::TooManySamples {
+                got: total as u64,
+                rate,
+                limit: options.max_samples_per_clip,
+                which: SampleLimit::PerClip,
+            });
+        }
+        if total > mono.capacity() {
+            let target = total.max(mono.capacity().saturating_mul(2)).min(max_frames);
+            mono.reserve_exact(target - mono.len());
+        }
         let needed = decoded.capacity() as u64;
         let buf = match &mut buffer {
             Some(b) if b.capacity() as u64 >= needed * channels as u64 => b,
@@ -230,13 +259,6 @@ fn decode_symphonia(bytes: &[u8], max_seconds: f64) -> Result<DecodedAudio, Audi
         for frame in buf.samples().chunks_exact(channels) {
             let sum: f64 = frame.iter().map(|&v| f64::from(v)).sum();
             mono.push(if channels == 1 { sum } else { sum * inv });
-        }
-        if mono.len() > max_frames {
-            let seconds = mono.len() as f64 / f64::from(rate);
-            return Err(AudioError::TooLong {
-                got_s: seconds,
-                limit_s: max_seconds,
-            });
         }
     }
     if mono.is_empty() {

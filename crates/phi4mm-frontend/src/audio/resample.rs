@@ -60,6 +60,31 @@ pub fn prepare(samples: &[f64], fs: u32, mode: ResampleMode) -> Prepared {
     }
 }
 
+/// Length of the FIR filter [`prepare`] designs for a clip at `fs` Hz in `mode` (0 when the clip
+/// is not resampled): `2·10·max(up, down) + 1` taps for the reduced ratio `up/down`, as
+/// [`resample_poly`] builds it. The cost of the design and the filter's memory grow with it, so
+/// the caller bounds it (`max_resample_filter_taps`) from the header's rate before decoding.
+/// Common rates need at most 12,801 taps (11,025 Hz: 640/441); a rate coprime to 16000 needs
+/// `20·fs + 1` (44,101 Hz: 882,021).
+pub fn filter_taps(fs: u32, mode: ResampleMode) -> usize {
+    let (up, down) = match mode {
+        ResampleMode::Polyphase => {
+            let g = gcd(16000, fs as usize);
+            if g == 0 {
+                return 0;
+            }
+            (16000 / g, fs as usize / g)
+        }
+        ResampleMode::Reference if fs > 16000 => (1, fs as usize / 16000),
+        ResampleMode::Reference => (1, 1),
+    };
+    if up == down {
+        0
+    } else {
+        2 * 10 * up.max(down) + 1
+    }
+}
+
 /// Greatest common divisor.
 pub fn gcd(mut a: usize, mut b: usize) -> usize {
     while b != 0 {
@@ -200,6 +225,32 @@ mod tests {
     fn identity_ratio_is_a_copy() {
         let x = [0.1, -0.2, 0.3];
         assert_eq!(resample_poly(&x, 3, 3), x.to_vec());
+    }
+
+    #[test]
+    fn filter_taps_of_common_and_odd_rates() {
+        let polyphase = |fs| filter_taps(fs, ResampleMode::Polyphase);
+        assert_eq!(polyphase(16000), 0);
+        assert_eq!(polyphase(8000), 41);
+        assert_eq!(polyphase(48000), 61);
+        assert_eq!(polyphase(44100), 8821);
+        assert_eq!(polyphase(11025), 12801);
+        assert_eq!(polyphase(384_000), 481);
+        assert_eq!(polyphase(44101), 882_021);
+        assert_eq!(polyphase(383_999), 7_679_981);
+        // Reference mode decimates by an integer (24 kHz is only relabelled).
+        assert_eq!(filter_taps(44100, ResampleMode::Reference), 41);
+        assert_eq!(filter_taps(24000, ResampleMode::Reference), 0);
+        assert_eq!(filter_taps(12000, ResampleMode::Reference), 0);
+        // The longest filter any common rate needs is 11,025 Hz's.
+        let mut common = 0;
+        for fs in [
+            8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000,
+            176_400, 192_000, 352_800, 384_000,
+        ] {
+            common = common.max(polyphase(fs));
+        }
+        assert_eq!(common, 12801);
     }
 
     #[test]

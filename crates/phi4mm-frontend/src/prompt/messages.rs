@@ -20,6 +20,15 @@ impl Role {
             Role::Assistant => "assistant",
         }
     }
+
+    /// The role marker that opens a turn of this role.
+    pub fn marker(self) -> &'static str {
+        match self {
+            Role::System => "<|system|>",
+            Role::User => "<|user|>",
+            Role::Assistant => "<|assistant|>",
+        }
+    }
 }
 
 /// One part of a message, in order. Media parts carry their encoded bytes; the prompt only

@@ -5,8 +5,9 @@
 //! 1. [`Prompt::encode_messages`] renders the Phi-4 chat template over [`Message`]s, binds
 //!    `<|image_N|>` / `<|audio_N|>` placeholders to the media parts in order (inserting them at
 //!    the start of a user turn that has media but none written, images first), refuses reserved
-//!    tokens typed in content and count mismatches, substitutes each placeholder by the image /
-//!    audio placeholder token and tokenizes (one id per medium);
+//!    tokens typed in content and count mismatches, and tokenizes piece by piece (one id per
+//!    medium): each role marker, placeholder and run of user text on its own, so user text can
+//!    never join a neighbour into a special token, and user text never yields a reserved id;
 //! 2. the caller preprocesses the media in [`PromptIds::images`] / [`PromptIds::audios`] order;
 //! 3. [`Prompt::expand`] replaces the k-th placeholder id by its medium's token count.
 
@@ -18,7 +19,9 @@ mod token_bytes;
 pub use messages::{ContentPart, Message, Role};
 pub use special::SpecialTokens;
 
+use std::collections::HashMap;
 use std::path::Path;
+use template::Piece;
 use tokenizers::Tokenizer;
 
 /// Everything that can go wrong while building a prompt.
@@ -61,6 +64,8 @@ pub struct Prompt {
     special: SpecialTokens,
     /// Special added tokens (`<|end|>`, `<|endoftext11|>`, …) that content may not contain.
     reserved: Vec<String>,
+    /// Their ids, which user text may never produce.
+    reserved_ids: HashMap<u32, String>,
 }
 
 impl Prompt {
@@ -78,7 +83,7 @@ impl Prompt {
 
     /// Builds from an already loaded tokenizer; checks that the tokenizer's placeholder tokens
     /// carry the ids the config names.
-    pub fn new(tokenizer: Tokenizer, special: SpecialTokens) -> Result<Self, PromptError> {
+    pub fn new(mut tokenizer: Tokenizer, special: SpecialTokens) -> Result<Self, PromptError> {
         for (token, id) in [
             (special::IMAGE_TOKEN, special.image),
             (special::AUDIO_TOKEN, special.audio),
@@ -92,19 +97,29 @@ impl Prompt {
                 }
             }
         }
-        let mut reserved: Vec<String> = tokenizer
+        let reserved_ids: HashMap<u32, String> = tokenizer
             .get_added_tokens_decoder()
-            .values()
+            .into_iter()
             // Special tokens, and any `<|…|>` added token even if not flagged special: typed in
             // content they would forge turns or placeholders.
-            .filter(|t| t.special || (t.content.starts_with("<|") && t.content.ends_with("|>")))
-            .map(|t| t.content.clone())
+            .filter(|(_, t)| {
+                t.special || (t.content.starts_with("<|") && t.content.ends_with("|>"))
+            })
+            .map(|(id, t)| (id, t.content))
             .collect();
+        let mut reserved: Vec<String> = reserved_ids.values().cloned().collect();
         reserved.sort();
+        // A prompt is tokenized piece by piece; a truncation or padding setting in
+        // tokenizer.json would apply to every piece (and has no meaning for a chat prompt).
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| PromptError::Config(format!("cannot disable truncation: {e}")))?;
+        tokenizer.with_padding(None);
         Ok(Self {
             tokenizer,
             special,
             reserved,
+            reserved_ids,
         })
     }
 
@@ -140,10 +155,16 @@ impl Prompt {
         self.check_reserved(messages)?;
         let bound =
             template::bind_and_render(messages, add_generation_prompt, &self.special.eos_token)?;
-        let (substituted, n_images, n_audios) = template::substitute_placeholders(&bound.text);
+        let count = |want_image: bool| {
+            bound
+                .pieces
+                .iter()
+                .filter(|p| matches!(p, Piece::Placeholder { image, .. } if *image == want_image))
+                .count()
+        };
         for (kind, placeholders, media) in [
-            ("image", n_images, bound.images.len()),
-            ("audio", n_audios, bound.audios.len()),
+            ("image", count(true), bound.images.len()),
+            ("audio", count(false), bound.audios.len()),
         ] {
             if placeholders != media {
                 return Err(PromptError::CountMismatch {
@@ -153,7 +174,7 @@ impl Prompt {
                 });
             }
         }
-        let ids = self.tokenize(&substituted)?;
+        let ids = self.encode_pieces(&bound.pieces)?;
         Ok(PromptIds {
             ids,
             images: bound.images,
@@ -173,8 +194,8 @@ impl Prompt {
         self.check_reserved(messages)?;
         let bound =
             template::bind_and_render(messages, add_generation_prompt, &self.special.eos_token)?;
-        let (substituted, _, _) = template::substitute_placeholders(&bound.text);
-        Ok((bound.text, self.tokenize(&substituted)?))
+        let ids = self.encode_pieces(&bound.pieces)?;
+        Ok((bound.text, ids))
     }
 
     /// Replaces the k-th image placeholder id by `image_tokens[k]` copies and the k-th audio
@@ -202,6 +223,72 @@ impl Prompt {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// Tokenizes a rendered chat piece by piece. Markers and placeholders go through the
+    /// tokenizer alone (each is one added token); user text too, so that it cannot merge with
+    /// what surrounds it. The added tokens split the whole rendered string at exactly these
+    /// boundaries, so for a chat whose content holds no reserved token this equals tokenizing
+    /// the joined text with its placeholders substituted (the fixture's ids).
+    fn encode_pieces(&self, pieces: &[Piece]) -> Result<Vec<u32>, PromptError> {
+        let mut ids = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Marker(marker) => ids.extend(self.tokenize(marker)?),
+                Piece::Eos => ids.extend(self.tokenize(&self.special.eos_token)?),
+                Piece::Placeholder { image: true, .. } => ids.push(self.special.image),
+                Piece::Placeholder { image: false, .. } => ids.push(self.special.audio),
+                Piece::Text { message, text } => ids.extend(self.encode_user_text(*message, text)?),
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Tokenizes user text so that it yields no reserved id. Each text part was checked to hold
+    /// no reserved token, but the parts of a message are joined (`<|en` + `d|>`), so the joined
+    /// text can: then it is tokenized as plain text, without the added-token pass, and the
+    /// reserved token it spells stays text. Whatever the path, a reserved id in the result is
+    /// refused, so no tokenizer quirk can let user text forge a turn or a placeholder.
+    fn encode_user_text(&self, message: usize, text: &str) -> Result<Vec<u32>, PromptError> {
+        let mut ids = self.tokenize(text)?;
+        if ids.iter().any(|id| self.reserved_ids.contains_key(id)) {
+            ids = self.tokenize_plain(text)?;
+        }
+        match ids.iter().find_map(|id| self.reserved_ids.get(id)) {
+            Some(token) => Err(PromptError::ReservedToken {
+                message,
+                token: token.clone(),
+            }),
+            None => Ok(ids),
+        }
+    }
+
+    /// The tokenizer's pipeline without its added vocabulary: normalizer, pre-tokenizer and
+    /// model, as `Tokenizer::encode` runs them on the text between added tokens.
+    fn tokenize_plain(&self, text: &str) -> Result<Vec<u32>, PromptError> {
+        use tokenizers::{
+            Model, NormalizedString, Normalizer, OffsetType, PreTokenizedString, PreTokenizer,
+        };
+        let fail = |e: tokenizers::Error| PromptError::Tokenize(e.to_string());
+        let mut normalized = NormalizedString::from(text);
+        if let Some(normalizer) = self.tokenizer.get_normalizer() {
+            normalizer.normalize(&mut normalized).map_err(fail)?;
+        }
+        let mut pretokenized = PreTokenizedString::from(normalized);
+        if let Some(pre_tokenizer) = self.tokenizer.get_pre_tokenizer() {
+            pre_tokenizer
+                .pre_tokenize(&mut pretokenized)
+                .map_err(fail)?;
+        }
+        let model = self.tokenizer.get_model();
+        pretokenized
+            .tokenize(|n| model.tokenize(n.get()))
+            .map_err(fail)?;
+        let encoding = pretokenized
+            .into_encoding(None, 0, OffsetType::Byte)
+            .map_err(fail)?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Refuses a reserved token typed whole in one text part.
     fn check_reserved(&self, messages: &[Message]) -> Result<(), PromptError> {
         for (index, message) in messages.iter().enumerate() {
             for part in &message.content {

@@ -30,9 +30,34 @@ pub fn substitute_placeholders(text: &str) -> (String, usize, usize) {
     (text, n_images, n_audios)
 }
 
+fn placeholder_re() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"<\|(image|audio)_\d+\|>").expect("valid regex"))
+}
+
+/// One piece of a rendered chat. The tokenizer reads each piece on its own, so nothing in user
+/// text can merge with a neighbour (another part, a role marker, a placeholder, the next message)
+/// into an added token: a reserved token typed across two parts stays text.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Piece {
+    /// Template text the tokenizer reads as one added token: a role marker, `<|end|>`,
+    /// `<|assistant|>` or the eos token.
+    Marker(&'static str),
+    /// The eos token of the checkpoint (a marker whose text comes from its config).
+    Eos,
+    /// A media placeholder as written (`<|image_2|>`) or inserted; it stands for the image or
+    /// audio placeholder token.
+    Placeholder { image: bool, written: String },
+    /// User content between markers and placeholders: one message's text parts joined.
+    Text { message: usize, text: String },
+}
+
 /// Rendered chat with its media in order.
 pub struct Bound<'a> {
+    /// The rendered template with `<|image_N|>` / `<|audio_N|>` (before substitution).
     pub text: String,
+    /// The same chat as pieces, in order; their texts concatenate to `text`.
+    pub pieces: Vec<Piece>,
     pub images: Vec<&'a [u8]>,
     pub audios: Vec<&'a [u8]>,
 }
@@ -44,7 +69,7 @@ pub fn bind_and_render<'a>(
     add_generation_prompt: bool,
     eos_token: &str,
 ) -> Result<Bound<'a>, PromptError> {
-    let mut out = String::new();
+    let mut pieces = Vec::new();
     let mut images = Vec::new();
     let mut audios = Vec::new();
     for (index, message) in messages.iter().enumerate() {
@@ -63,33 +88,66 @@ pub fn bind_and_render<'a>(
                 role: message.role.as_str(),
             });
         }
-        let mut prefix = String::new();
+        pieces.push(Piece::Marker(message.role.marker()));
         if !turn_images.is_empty() && !image_re().is_match(&text) {
             for k in 0..turn_images.len() {
-                prefix.push_str(&format!("<|image_{}|>", images.len() + k + 1));
+                pieces.push(Piece::Placeholder {
+                    image: true,
+                    written: format!("<|image_{}|>", images.len() + k + 1),
+                });
             }
         }
         if !turn_audios.is_empty() && !audio_re().is_match(&text) {
             for k in 0..turn_audios.len() {
-                prefix.push_str(&format!("<|audio_{}|>", audios.len() + k + 1));
+                pieces.push(Piece::Placeholder {
+                    image: false,
+                    written: format!("<|audio_{}|>", audios.len() + k + 1),
+                });
             }
         }
         images.extend(turn_images);
         audios.extend(turn_audios);
-        out.push_str("<|");
-        out.push_str(message.role.as_str());
-        out.push_str("|>");
-        out.push_str(&prefix);
-        out.push_str(&text);
-        out.push_str("<|end|>");
+        // Placeholders typed in the content (N ignored); the text between them stays text.
+        let mut last = 0;
+        for m in placeholder_re().captures_iter(&text) {
+            let whole = m.get(0).expect("group 0 always matches");
+            if whole.start() > last {
+                pieces.push(Piece::Text {
+                    message: index,
+                    text: text[last..whole.start()].to_owned(),
+                });
+            }
+            pieces.push(Piece::Placeholder {
+                image: &m[1] == "image",
+                written: whole.as_str().to_owned(),
+            });
+            last = whole.end();
+        }
+        if last < text.len() {
+            pieces.push(Piece::Text {
+                message: index,
+                text: text[last..].to_owned(),
+            });
+        }
+        pieces.push(Piece::Marker("<|end|>"));
     }
-    out.push_str(if add_generation_prompt {
-        "<|assistant|>"
+    pieces.push(if add_generation_prompt {
+        Piece::Marker("<|assistant|>")
     } else {
-        eos_token
+        Piece::Eos
     });
+    let mut text = String::new();
+    for piece in &pieces {
+        text.push_str(match piece {
+            Piece::Marker(m) => m,
+            Piece::Eos => eos_token,
+            Piece::Placeholder { written, .. } => written,
+            Piece::Text { text, .. } => text,
+        });
+    }
     Ok(Bound {
-        text: out,
+        text,
+        pieces,
         images,
         audios,
     })

@@ -2,10 +2,12 @@
 //! allocation sized from an attacker's header.
 
 use std::io::Cursor;
-use switchyard_phi4mm_frontend::audio::{self, AudioError, AudioOptions};
+use switchyard_phi4mm_frontend::audio::{
+    self, AudioError, AudioOptions, RequestAudioError, ResampleMode, SampleLimit,
+};
 use switchyard_phi4mm_frontend::image::{self, ImageError, ImageOptions};
 use switchyard_phi4mm_frontend::limits::{LimitError, Limits};
-use switchyard_phi4mm_frontend::prompt::{Message, Prompt, PromptError, Role};
+use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, PromptError, Role};
 
 fn wav_header(rate: u32, channels: u16, bits: u16, format_tag: u16, data_len: u32) -> Vec<u8> {
     let block = channels * bits / 8;
@@ -348,4 +350,665 @@ fn limits_deserialize_with_defaults() {
         }
     );
     assert!(serde_json::from_str::<Limits>(r#"{"max_imagez": 4}"#).is_err());
+}
+
+/// Reserved tokens of the fixture tokenizer with their ids.
+fn reserved_tokens(p: &Prompt) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = p
+        .tokenizer()
+        .get_added_tokens_decoder()
+        .into_iter()
+        .map(|(id, t)| (t.content, id))
+        .collect();
+    out.sort();
+    assert!(out.len() >= 7, "{out:?}");
+    out
+}
+
+fn text_parts(parts: &[&str]) -> Vec<ContentPart> {
+    parts
+        .iter()
+        .map(|t| ContentPart::Text {
+            text: (*t).to_owned(),
+        })
+        .collect()
+}
+
+/// The ids of a chat hold exactly the template's reserved ids: one role marker and one `<|end|>`
+/// per message, then `<|assistant|>`; and the user text between them decodes back to itself.
+fn assert_only_template_specials(p: &Prompt, messages: &[Message], what: &str) {
+    let encoded = p
+        .encode_messages(messages, true)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let id = |t: &str| p.tokenizer().token_to_id(t).unwrap();
+    let reserved: Vec<u32> = reserved_tokens(p).into_iter().map(|(_, id)| id).collect();
+    let specials: Vec<u32> = encoded
+        .ids
+        .iter()
+        .copied()
+        .filter(|i| reserved.contains(i))
+        .collect();
+    let mut want = Vec::new();
+    for m in messages {
+        want.push(id(m.role.marker()));
+        want.push(id("<|end|>"));
+    }
+    want.push(id("<|assistant|>"));
+    assert_eq!(specials, want, "{what}: reserved ids {:?}", encoded.ids);
+    // Between each marker and its <|end|>, the ids spell the message's joined text.
+    let mut rest = &encoded.ids[..];
+    for m in messages {
+        let end = rest.iter().position(|&i| i == id("<|end|>")).unwrap();
+        let joined: String = m
+            .content
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text { text } => text.as_str(),
+                _ => "",
+            })
+            .collect();
+        let decoded = p.tokenizer().decode(&rest[1..end], false).unwrap();
+        assert_eq!(decoded, joined, "{what}: text ids");
+        rest = &rest[end + 1..];
+    }
+}
+
+#[test]
+fn a_reserved_token_split_across_text_parts_stays_text() {
+    let p = Prompt::load(&switchyard_fixtures::fixture().join("model")).unwrap();
+    let end_id = p.tokenizer().token_to_id("<|end|>").unwrap();
+    // The case of issue 15: `<|en` + `d|>` joined by the template used to be `<|end|>`.
+    let messages = vec![Message {
+        role: Role::User,
+        content: text_parts(&["hello <|en", "d|> there"]),
+    }];
+    let encoded = p.encode_messages(&messages, true).unwrap();
+    assert_eq!(
+        encoded.ids.iter().filter(|&&i| i == end_id).count(),
+        1,
+        "only the template's <|end|>: {:?}",
+        encoded.ids
+    );
+    assert_eq!(
+        encoded.text,
+        "<|user|>hello <|end|> there<|end|><|assistant|>"
+    );
+    assert_only_template_specials(&p, &messages, "2 parts");
+    let (_, tokenized) = p.tokenize_messages(&messages, true).unwrap();
+    assert_eq!(tokenized, encoded.ids);
+
+    // Every reserved token, split at every point into two parts, and into three.
+    for (token, _) in reserved_tokens(&p) {
+        let cuts: Vec<usize> = (1..token.len()).collect();
+        for &i in &cuts {
+            let (a, b) = token.split_at(i);
+            for role in [Role::System, Role::User, Role::Assistant] {
+                let messages = vec![Message {
+                    role,
+                    content: text_parts(&["x ", a, b, " y"]),
+                }];
+                assert_only_template_specials(&p, &messages, &format!("{token} at {i}"));
+            }
+            for &j in cuts.iter().filter(|&&j| j > i) {
+                let messages = vec![Message {
+                    role: Role::User,
+                    content: text_parts(&[&token[..i], &token[i..j], &token[j..]]),
+                }];
+                assert_only_template_specials(&p, &messages, &format!("{token} at {i},{j}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_reserved_token_split_across_messages_or_role_markers_stays_text() {
+    let p = Prompt::load(&switchyard_fixtures::fixture().join("model")).unwrap();
+    for (token, _) in reserved_tokens(&p) {
+        for i in 1..token.len() {
+            let (a, b) = token.split_at(i);
+            // The end of one turn and the start of the next, around `<|end|><|user|>`.
+            let messages = vec![
+                Message::text(Role::System, format!("sys {a}")),
+                Message::text(Role::User, b.to_owned()),
+                Message::text(Role::Assistant, a.to_owned()),
+                Message::text(Role::User, format!("{b} end")),
+            ];
+            assert_only_template_specials(&p, &messages, &format!("{token} at {i}"));
+        }
+        // Halves that complete a marker's own text: `<|user|>` + `|>`, `end|>` + `<|end|>`.
+        for text in [
+            "|>",
+            "user|>",
+            "<|",
+            "<|end",
+            "<|end|",
+            "d|",
+            "<|endoftext1",
+        ] {
+            let messages = vec![Message::text(Role::User, text)];
+            assert_only_template_specials(&p, &messages, text);
+        }
+    }
+    // Text next to a placeholder cannot join the placeholder token either.
+    let messages = vec![Message {
+        role: Role::User,
+        content: vec![
+            ContentPart::Text {
+                text: "<|endoftext1".into(),
+            },
+            ContentPart::Text {
+                text: "<|image_1|>".into(),
+            },
+            ContentPart::Text { text: "0|>".into() },
+            ContentPart::Image { bytes: vec![0] },
+        ],
+    }];
+    let encoded = p.encode_messages(&messages, true).unwrap();
+    let image_id = p.special().image;
+    assert_eq!(
+        encoded.ids.iter().filter(|&&i| i == image_id).count(),
+        1,
+        "{:?}",
+        encoded.ids
+    );
+}
+
+#[test]
+fn a_placeholder_split_across_parts_still_binds_on_the_joined_text() {
+    // Placeholders are typed by users on purpose; the parts of a message are one text, so
+    // `<|image_` + `1|>` is the placeholder of the message's image (no second one inserted).
+    let p = Prompt::load(&switchyard_fixtures::fixture().join("model")).unwrap();
+    let messages = vec![Message {
+        role: Role::User,
+        content: vec![
+            ContentPart::Text {
+                text: "see <|image_".into(),
+            },
+            ContentPart::Text {
+                text: "1|> now".into(),
+            },
+            ContentPart::Image { bytes: vec![7] },
+        ],
+    }];
+    let encoded = p.encode_messages(&messages, true).unwrap();
+    assert_eq!(
+        encoded.text,
+        "<|user|>see <|image_1|> now<|end|><|assistant|>"
+    );
+    let image_id = p.special().image;
+    assert_eq!(encoded.ids.iter().filter(|&&i| i == image_id).count(), 1);
+    assert_eq!(encoded.images, vec![&[7u8][..]]);
+}
+
+/// A minimal FLAC stream, written by hand: STREAMINFO, then `frames` fixed-size mono frames of
+/// `block` samples, each one CONSTANT subframe of `value` (16-bit), so a long clip is a few
+/// bytes per frame. `declared` is STREAMINFO's total sample count (0 = unknown length).
+fn flac_constant(rate: u32, block: u16, frames: u32, value: i16, declared: u64) -> Vec<u8> {
+    fn crc8(data: &[u8]) -> u8 {
+        data.iter().fold(0u8, |mut crc, &b| {
+            crc ^= b;
+            for _ in 0..8 {
+                crc = if crc & 0x80 != 0 {
+                    (crc << 1) ^ 0x07
+                } else {
+                    crc << 1
+                };
+            }
+            crc
+        })
+    }
+    fn crc16(data: &[u8]) -> u16 {
+        data.iter().fold(0u16, |mut crc, &b| {
+            crc ^= u16::from(b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x8005
+                } else {
+                    crc << 1
+                };
+            }
+            crc
+        })
+    }
+    /// FLAC's UTF-8-style coding of a frame number (up to 31 bits).
+    fn utf8_number(n: u32) -> Vec<u8> {
+        if n < 0x80 {
+            return vec![n as u8];
+        }
+        let continuation = match n {
+            0..=0x7ff => 1,
+            0x800..=0xffff => 2,
+            0x1_0000..=0x1f_ffff => 3,
+            0x20_0000..=0x3ff_ffff => 4,
+            _ => 5,
+        };
+        let lead_marker = (0xff00u16 >> (continuation + 1)) as u8;
+        let mut out = vec![lead_marker | (n >> (6 * continuation)) as u8];
+        for k in (0..continuation).rev() {
+            out.push(0x80 | ((n >> (6 * k)) & 0x3f) as u8);
+        }
+        out
+    }
+    assert!(block >= 16 && u64::from(rate) < (1 << 20) && declared < (1 << 36));
+    let mut out = b"fLaC".to_vec();
+    out.extend_from_slice(&[0x80, 0, 0, 34]); // last metadata block, STREAMINFO, 34 bytes
+    out.extend_from_slice(&block.to_be_bytes()); // min block size
+    out.extend_from_slice(&block.to_be_bytes()); // max block size
+    out.extend_from_slice(&[0; 6]); // min / max frame size unknown
+                                    // 20 bits rate, 3 bits channels − 1 (mono), 5 bits bits-per-sample − 1 (16), 36 bits total.
+    let packed: u64 = (u64::from(rate) << 44) | (15 << 36) | declared;
+    out.extend_from_slice(&packed.to_be_bytes());
+    out.extend_from_slice(&[0; 16]); // no MD5
+    for number in 0..frames {
+        // Sync + fixed blocking, block size from the 16 bits after the number (code 7), rate
+        // from STREAMINFO (0), mono (0), 16 bits per sample (code 4), reserved 0.
+        let mut frame = vec![0xff, 0xf8, 0x70, 0x08];
+        frame.extend(utf8_number(number));
+        frame.extend_from_slice(&(block - 1).to_be_bytes());
+        frame.push(crc8(&frame));
+        frame.push(0x00); // CONSTANT subframe, no wasted bits
+        frame.extend_from_slice(&value.to_be_bytes());
+        let crc = crc16(&frame);
+        frame.extend_from_slice(&crc.to_be_bytes());
+        out.extend(frame);
+    }
+    out
+}
+
+#[test]
+fn the_hand_written_flac_decodes() {
+    let bytes = flac_constant(384_000, 48_000, 8, 8192, 8 * 48_000);
+    assert!(bytes.len() < 200, "{} bytes", bytes.len());
+    let decoded = audio::decode::decode(&bytes, 1e9).unwrap();
+    assert_eq!(decoded.sample_rate, 384_000);
+    assert_eq!(decoded.samples.len(), 384_000);
+    assert!(decoded.samples.iter().all(|&s| s == 0.25));
+    // With its length unstated it decodes the same.
+    let unstated = audio::decode::decode(&flac_constant(384_000, 48_000, 8, 8192, 0), 1e9).unwrap();
+    assert_eq!(unstated, decoded);
+}
+
+/// 384 kHz, one block of 48,000 samples per frame: 8 frames a second.
+const BOMB_RATE: u32 = 384_000;
+const BOMB_BLOCK: u16 = 48_000;
+
+#[test]
+fn a_384_khz_flac_declaring_a_huge_length_is_refused_from_its_header() {
+    // 1000 s at 384 kHz is within max_audio_seconds (1800 s) but 384 million samples (3 GB as
+    // f64), over max_audio_samples_per_clip. The stream holds a single frame, so the refusal can
+    // only come from STREAMINFO: decoding would find 48,000 samples.
+    let declared = 1000 * u64::from(BOMB_RATE);
+    let bytes = flac_constant(BOMB_RATE, BOMB_BLOCK, 1, 0, declared);
+    let err = audio::features_from_bytes(&bytes, &AudioOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AudioError::TooManySamples {
+                got,
+                rate: BOMB_RATE,
+                limit: 86_400_000,
+                which: SampleLimit::PerClip,
+            } if got == declared
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("max_audio_samples_per_clip = 86400000"),
+        "{err}"
+    );
+    // The same clip stating its true length (one frame) is fine.
+    let honest = flac_constant(BOMB_RATE, BOMB_BLOCK, 1, 0, u64::from(BOMB_BLOCK));
+    let features = audio::features_from_bytes(&honest, &AudioOptions::default()).unwrap();
+    assert_eq!(features.samples, u64::from(BOMB_BLOCK));
+}
+
+#[test]
+fn a_flac_of_unstated_length_is_stopped_while_decoding() {
+    // 20 s at 384 kHz (7.68 million samples) with no length in STREAMINFO.
+    let bytes = flac_constant(BOMB_RATE, BOMB_BLOCK, 160, 0, 0);
+    let options = AudioOptions {
+        max_samples_per_clip: 1_000_000,
+        ..AudioOptions::default()
+    };
+    let err = audio::features_from_bytes(&bytes, &options).unwrap_err();
+    match err {
+        // Stopped at the first packet that would pass the limit, before storing it.
+        AudioError::TooManySamples {
+            got,
+            limit: 1_000_000,
+            which: SampleLimit::PerClip,
+            ..
+        } => assert_eq!(got, 21 * u64::from(BOMB_BLOCK)),
+        other => panic!("{other}"),
+    }
+    // A stated length that is smaller than what the stream holds does not help it.
+    let lying = flac_constant(BOMB_RATE, BOMB_BLOCK, 160, 0, 48_000);
+    assert!(matches!(
+        audio::features_from_bytes(&lying, &options),
+        Err(AudioError::TooManySamples { .. })
+    ));
+    // The duration limit is enforced the same way.
+    let short = AudioOptions {
+        max_seconds: 2.0,
+        ..AudioOptions::default()
+    };
+    assert!(matches!(
+        audio::features_from_bytes(&bytes, &short),
+        Err(AudioError::TooLong { .. })
+    ));
+}
+
+#[test]
+fn wav_sample_limits_are_checked_from_the_header() {
+    // 1 s at 48 kHz: 48,000 samples. The data is all there, so only the limit refuses it.
+    let bytes = wav(spec(48_000, 2, 16, false), &vec![0i16; 96_000]);
+    let options = AudioOptions {
+        max_samples_per_clip: 47_999,
+        ..AudioOptions::default()
+    };
+    let err = audio::features_from_bytes(&bytes, &options).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AudioError::TooManySamples {
+                got: 48_000,
+                rate: 48_000,
+                limit: 47_999,
+                which: SampleLimit::PerClip
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("max_audio_samples_per_clip = 47999"),
+        "{err}"
+    );
+    // Decoded samples handed in directly meet the same limits.
+    let err = audio::features_from_samples(&vec![0.0; 48_000], 48_000, &options).unwrap_err();
+    assert!(matches!(err, AudioError::TooManySamples { .. }), "{err}");
+    options_at_the_limit_pass(&bytes);
+}
+
+fn options_at_the_limit_pass(bytes: &[u8]) {
+    let options = AudioOptions {
+        max_samples_per_clip: 48_000,
+        max_samples_per_request: 48_000,
+        ..AudioOptions::default()
+    };
+    let features = audio::features_from_bytes(bytes, &options).unwrap();
+    assert_eq!(features.samples, 48_000);
+}
+
+#[test]
+fn the_request_sample_total_is_enforced_clip_by_clip() {
+    let limits = Limits {
+        max_audio_samples_per_request: 100_000,
+        ..Limits::default()
+    };
+    let options = AudioOptions::from_limits(&limits);
+    let one_second = wav(spec(48_000, 1, 16, false), &vec![0i16; 48_000]);
+    // Two clips fit (96,000 samples).
+    let two = audio::features_for_request(&[&one_second, &one_second], &options).unwrap();
+    assert_eq!(two.len(), 2);
+    assert_eq!(two.iter().map(|f| f.samples).sum::<u64>(), 96_000);
+    // The third passes the total: refused from its header, naming the request limit.
+    let err = audio::features_for_request(&[&one_second, &one_second, &one_second], &options)
+        .unwrap_err();
+    match &err {
+        RequestAudioError::Clip {
+            index: 2,
+            source:
+                AudioError::TooManySamples {
+                    got: 144_000,
+                    limit: 100_000,
+                    which: SampleLimit::PerRequest,
+                    ..
+                },
+        } => {}
+        other => panic!("{other}"),
+    }
+    assert!(
+        err.to_string()
+            .contains("max_audio_samples_per_request = 100000"),
+        "{err}"
+    );
+    // A FLAC of unstated length after them is stopped while decoding, at the request's bound.
+    let flac = flac_constant(48_000, 4_000, 100, 0, 0);
+    let err =
+        audio::features_for_request(&[&one_second, &one_second, &flac], &options).unwrap_err();
+    match err {
+        RequestAudioError::Clip {
+            index: 2,
+            source:
+                AudioError::TooManySamples {
+                    got,
+                    which: SampleLimit::PerRequest,
+                    ..
+                },
+        } => assert_eq!(got, 96_000 + 8_000),
+        other => panic!("{other}"),
+    }
+    // The summed duration is checked after each clip (here 3 s against 2.5 s).
+    let short = AudioOptions {
+        max_seconds: 2.5,
+        ..AudioOptions::default()
+    };
+    let err =
+        audio::features_for_request(&[&one_second, &one_second, &one_second], &short).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RequestAudioError::Limit(LimitError::AudioSeconds { .. })
+        ),
+        "{err}"
+    );
+    // The plain check for callers that decode clips themselves.
+    assert!(limits.check_audio_samples_total(100_000).is_ok());
+    let err = limits.check_audio_samples_total(100_001).unwrap_err();
+    assert_eq!(
+        err,
+        LimitError::AudioSamples {
+            got: 100_001,
+            limit: 100_000
+        }
+    );
+    assert!(err
+        .to_string()
+        .contains("max_audio_samples_per_request = 100000"));
+}
+
+#[test]
+fn odd_sample_rates_are_refused_by_the_resampler_cost_limit() {
+    for (rate, taps) in [
+        (44_101, 882_021),
+        (383_999, 7_679_981),
+        (8_001, 320_001),
+        (47_952, 59_941),
+    ] {
+        let bytes = wav(spec(rate, 1, 16, false), &vec![0i16; 8_000]);
+        let start = std::time::Instant::now();
+        let err = audio::features_from_bytes(&bytes, &AudioOptions::default());
+        let elapsed = start.elapsed();
+        if taps <= 200_000 {
+            // Within the default limit: resampled with its (bounded) filter.
+            let features = err.unwrap_or_else(|e| panic!("{rate}: {e}"));
+            assert!(features.frames > 0);
+            continue;
+        }
+        let err = err.unwrap_err();
+        assert!(
+            matches!(err, AudioError::ResampleCost { rate: r, taps: t, limit: 200_000 } if r == rate && t == taps),
+            "{rate}: {err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("max_resample_filter_taps = 200000"),
+            "{err}"
+        );
+        // Refused from the header's rate, before decoding or designing anything.
+        assert!(elapsed < std::time::Duration::from_secs(1), "{elapsed:?}");
+        // The same from decoded samples, and from a FLAC header.
+        assert!(matches!(
+            audio::features_from_samples(&vec![0.0; 8_000], rate, &AudioOptions::default()),
+            Err(AudioError::ResampleCost { .. })
+        ));
+    }
+    let flac = flac_constant(44_101, 4_410, 2, 0, 0);
+    assert!(matches!(
+        audio::features_from_bytes(&flac, &AudioOptions::default()),
+        Err(AudioError::ResampleCost { rate: 44_101, .. })
+    ));
+    // Reference mode decimates 44,101 Hz by 2 (41 taps), so the limit does not refuse it.
+    let reference = AudioOptions {
+        resample: ResampleMode::Reference,
+        ..AudioOptions::default()
+    };
+    let bytes = wav(spec(44_101, 1, 16, false), &vec![0i16; 8_000]);
+    assert!(audio::features_from_bytes(&bytes, &reference).is_ok());
+    // Raising the limit resamples the odd rate.
+    let raised = AudioOptions {
+        max_filter_taps: 1_000_000,
+        ..AudioOptions::default()
+    };
+    let features = audio::features_from_bytes(&bytes, &raised).unwrap();
+    // 8,000 samples at 44,101 Hz are 2,903 at 16 kHz: (2903 − 400) // 160 + 1 = 16 frames.
+    assert_eq!(features.frames, 16);
+}
+
+#[test]
+fn new_limits_deserialize_and_default() {
+    let limits = Limits::default();
+    assert_eq!(limits.max_audio_samples_per_clip, 86_400_000);
+    assert_eq!(limits.max_audio_samples_per_request, 86_400_000);
+    assert_eq!(limits.max_resample_filter_taps, 200_000);
+    let parsed: Limits = serde_json::from_str(
+        r#"{"max_audio_samples_per_clip": 5, "max_audio_samples_per_request": 6, "max_resample_filter_taps": 7}"#,
+    )
+    .unwrap();
+    let options = AudioOptions::from_limits(&parsed);
+    assert_eq!(
+        (
+            options.max_samples_per_clip,
+            options.max_samples_per_request,
+            options.request_samples_used,
+            options.max_filter_taps
+        ),
+        (5, 6, 0, 7)
+    );
+}
+
+/// Set in the child process that [`audio_bombs_keep_peak_memory_bounded`] re-executes this test
+/// binary as, to the case it should measure.
+#[cfg(target_os = "linux")]
+const MEMORY_CHILD: &str = "SWITCHYARD_FRONTEND_MEMORY_CHILD";
+
+/// A field of /proc/self/status, in kB.
+#[cfg(target_os = "linux")]
+fn proc_status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
+    line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// In the child: decode one 384 kHz bomb and print how far the peak RSS rose above the RSS before
+/// decoding (VmHWM − VmRSS before, so freed memory below an earlier peak cannot hide growth).
+#[cfg(target_os = "linux")]
+fn memory_child(case: &str) {
+    // 20 s of 384 kHz silence: 7.68 million samples, 61 MB as f64, in about 2.5 kB of FLAC.
+    let stated = flac_constant(BOMB_RATE, BOMB_BLOCK, 160, 0, 1000 * u64::from(BOMB_RATE));
+    let unstated = flac_constant(BOMB_RATE, BOMB_BLOCK, 160, 0, 0);
+    let before = proc_status_kb("VmRSS:");
+    match case {
+        // Default limits: the 1000 s it states are refused from STREAMINFO.
+        "stated" => {
+            let err = audio::features_from_bytes(&stated, &AudioOptions::default()).unwrap_err();
+            assert!(matches!(err, AudioError::TooManySamples { .. }), "{err}");
+        }
+        // No stated length: stopped after 1 million samples.
+        "unstated" => {
+            let options = AudioOptions {
+                max_samples_per_clip: 1_000_000,
+                ..AudioOptions::default()
+            };
+            let err = audio::features_from_bytes(&unstated, &options).unwrap_err();
+            assert!(matches!(err, AudioError::TooManySamples { .. }), "{err}");
+        }
+        // The old bound (seconds × the clip's own rate only): the clip is materialised. This
+        // shows the probe sees what the bounded cases must not do.
+        "unbounded" => {
+            let options = AudioOptions {
+                max_samples_per_clip: u64::MAX,
+                max_samples_per_request: u64::MAX,
+                ..AudioOptions::default()
+            };
+            let decoded = audio::decode::decode_with(&stated, &options).unwrap();
+            assert_eq!(decoded.samples.len(), 160 * usize::from(BOMB_BLOCK));
+        }
+        other => panic!("unknown case {other}"),
+    }
+    let peak = proc_status_kb("VmHWM:");
+    println!("PEAK_GROWTH_KB={}", peak.saturating_sub(before));
+}
+
+/// Issue 15's acceptance case: a 384 kHz FLAC of silence is refused before its samples are
+/// materialised, and peak memory stays under a bound. Each case runs in a fresh process (this
+/// test binary re-executed on this test alone) so no other test's allocations blur the peak.
+#[cfg(target_os = "linux")]
+#[test]
+fn audio_bombs_keep_peak_memory_bounded() {
+    if let Ok(case) = std::env::var(MEMORY_CHILD) {
+        memory_child(&case);
+        return;
+    }
+    let growth_mb = |case: &str| -> f64 {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "hostile::audio_bombs_keep_peak_memory_bounded",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(MEMORY_CHILD, case)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{case}: child failed\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kb: u64 = stdout
+            .lines()
+            // The harness prints the test's name on the same line.
+            .find_map(|l| l.split_once("PEAK_GROWTH_KB=").map(|(_, kb)| kb))
+            .unwrap_or_else(|| panic!("{case}: no measurement in\n{stdout}"))
+            .trim()
+            .parse()
+            .unwrap();
+        kb as f64 / 1024.0
+    };
+    const BOUND_MB: f64 = 24.0;
+    let stated = growth_mb("stated");
+    let unstated = growth_mb("unstated");
+    let unbounded = growth_mb("unbounded");
+    eprintln!("peak growth: stated {stated:.1} MB, unstated {unstated:.1} MB, unbounded {unbounded:.1} MB");
+    // Refused from the header: next to nothing. Stopped while decoding: at most the 1 million
+    // samples allowed (8 MB) plus decoder buffers.
+    assert!(stated < BOUND_MB, "stated length: {stated:.1} MB");
+    assert!(unstated < BOUND_MB, "unstated length: {unstated:.1} MB");
+    // The probe does see a materialised clip (61 MB of samples).
+    assert!(
+        unbounded > 2.0 * BOUND_MB,
+        "unbounded decode grew only {unbounded:.1} MB"
+    );
 }

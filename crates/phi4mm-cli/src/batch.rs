@@ -8,9 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend;
 use switchyard_phi4mm::model::Phi4mm;
-use switchyard_phi4mm::options::AdapterOption;
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::sampling::Logprobs;
 use switchyard_phi4mm::scheduler::{Generation, Job, Outcome, RowSink, SchedulerConfig};
@@ -48,7 +48,7 @@ struct RequestSpec {
     image: Vec<PathBuf>,
     /// `auto` (default), `none`, `speech` or `vision`.
     #[serde(default)]
-    adapter: AdapterOption,
+    adapter: AdapterChoice,
     #[serde(default = "default_max")]
     max_new_tokens: usize,
     #[serde(default)]
@@ -148,7 +148,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
     let (tx, rx) = channel();
     let mut prompt_tokens = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        let adapter = spec.adapter.choice();
+        let adapter = spec.adapter;
         let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
             paths
                 .iter()

@@ -10,10 +10,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::json;
+use switchyard_phi4mm::adapter::AdapterMode;
 use switchyard_phi4mm::checkpoint::schema::expected_schema;
 use switchyard_phi4mm::checkpoint::{config, Checkpoint, Layout};
 use switchyard_phi4mm::model::linear::{linear, sgemm, Matrix};
-use switchyard_phi4mm::model::{argmax, AdapterMode, Phi4mm, RowStep};
+use switchyard_phi4mm::model::{argmax, Phi4mm, RowStep};
 
 #[derive(Args)]
 pub struct BenchCheckpointArgs {

@@ -7,14 +7,13 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::config::{BackendKind, IreeSettings};
 #[cfg(feature = "iree")]
 use switchyard_phi4mm::iree::backend::IreeBackend;
-use switchyard_phi4mm::model::{
-    AdapterChoice, AdapterMode, Generation, Phi4mm, PreparedPrompt, PromptInput,
-};
+use switchyard_phi4mm::model::{Generation, Phi4mm, PreparedPrompt, PromptInput};
 use switchyard_phi4mm::request;
 use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, Role};
 
@@ -60,14 +59,6 @@ impl Backend {
     }
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum AdapterArg {
-    Auto,
-    None,
-    Speech,
-    Vision,
-}
-
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).multiple(false)))]
 pub struct GenerateArgs {
@@ -94,8 +85,8 @@ pub struct GenerateArgs {
     /// Image (PNG, JPEG, WebP, GIF); repeat for several, bound to placeholders in order.
     #[arg(long)]
     pub image: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub adapter: AdapterArg,
+    #[arg(long, default_value = "auto", value_parser = adapter_parser())]
+    pub adapter: AdapterChoice,
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
     /// Keep generating through end-of-sequence ids.
@@ -109,6 +100,14 @@ pub struct GenerateArgs {
     pub threads: usize,
     #[command(flatten)]
     pub iree: IreeArgs,
+}
+
+/// `--adapter auto|none|speech|vision`, listed in `--help` and in the error for any other value
+/// as a `ValueEnum` would be.
+fn adapter_parser() -> impl clap::builder::TypedValueParser<Value = AdapterChoice> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(AdapterChoice::NAMES)
+        .map(|name| name.parse().expect("a listed name parses"))
 }
 
 /// The one JSON line `generate` prints (fields in this order).
@@ -139,12 +138,7 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
 pub fn run(args: GenerateArgs) -> Result<()> {
     let ck = open_checkpoint(&args.model)?;
     let model = Phi4mm::load(&ck, args.threads);
-    let adapter = match args.adapter {
-        AdapterArg::Auto => AdapterChoice::Auto,
-        AdapterArg::None => AdapterChoice::Fixed(AdapterMode::None),
-        AdapterArg::Speech => AdapterChoice::Fixed(AdapterMode::Speech),
-        AdapterArg::Vision => AdapterChoice::Fixed(AdapterMode::Vision),
-    };
+    let adapter = args.adapter;
     let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
         paths
             .iter()

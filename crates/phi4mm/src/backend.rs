@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use crate::adapter::AdapterMode;
 use crate::checkpoint::Checkpoint;
 use crate::config::{BackendKind, IreeSettings};
-use crate::model::{argmax, AdapterMode, Generation, Phi4mm};
+use crate::model::{argmax, Generation, Phi4mm};
 use crate::scheduler::{
     Detokenize, HostBackend, MediaStage, Scheduler, SchedulerConfig, StepBackend, StepRow,
 };

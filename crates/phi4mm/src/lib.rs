@@ -16,6 +16,7 @@
 //!
 //! `ARCHITECTURE.md` at the repository root is the map.
 
+pub mod adapter;
 pub mod backend;
 pub mod checkpoint;
 pub mod config;

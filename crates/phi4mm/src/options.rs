@@ -3,37 +3,15 @@
 
 use serde::Deserialize;
 
-use crate::model::{AdapterChoice, AdapterMode};
-
-/// The LoRA a request runs with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdapterOption {
-    /// From the modality: text → none, audio only → speech, image(s) (+ audio) → vision.
-    #[default]
-    Auto,
-    None,
-    Speech,
-    Vision,
-}
-
-impl AdapterOption {
-    pub fn choice(self) -> AdapterChoice {
-        match self {
-            AdapterOption::Auto => AdapterChoice::Auto,
-            AdapterOption::None => AdapterChoice::Fixed(AdapterMode::None),
-            AdapterOption::Speech => AdapterChoice::Fixed(AdapterMode::Speech),
-            AdapterOption::Vision => AdapterChoice::Fixed(AdapterMode::Vision),
-        }
-    }
-}
+use crate::adapter::AdapterChoice;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestOptions {
-    /// Pins the adapter instead of choosing it from the modality.
+    /// `auto` (from the modality: text → none, audio only → speech, image(s) (+ audio) →
+    /// vision), or the adapter to pin.
     #[serde(default)]
-    pub adapter: AdapterOption,
+    pub adapter: AdapterChoice,
     /// The prompt as token ids, placeholders already expanded (one id per image or audio row),
     /// instead of the chat template over the messages' text. The messages then carry only their
     /// media, which bind to the placeholder runs in order, as `phi4mm generate --input-ids`.
@@ -57,6 +35,7 @@ impl RequestOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::AdapterMode;
 
     fn parse(json: &str) -> Result<RequestOptions, String> {
         RequestOptions::from_json(Some(serde_json::from_str(json).unwrap()))
@@ -69,12 +48,9 @@ mod tests {
             Ok(RequestOptions::default())
         );
         let o = parse(r#"{"adapter": "speech", "input_ids": [1, 2, 3]}"#).unwrap();
-        assert_eq!(
-            o.adapter.choice(),
-            AdapterChoice::Fixed(AdapterMode::Speech)
-        );
+        assert_eq!(o.adapter, AdapterChoice::Fixed(AdapterMode::Speech));
         assert_eq!(o.input_ids, Some(vec![1, 2, 3]));
-        assert_eq!(parse("{}").unwrap().adapter.choice(), AdapterChoice::Auto);
+        assert_eq!(parse("{}").unwrap().adapter, AdapterChoice::Auto);
         let e = parse(r#"{"adaptor": "speech"}"#).unwrap_err();
         assert!(e.contains("adaptor"), "{e}");
         let e = parse(r#"{"adapter": "audio"}"#).unwrap_err();

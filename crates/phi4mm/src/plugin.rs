@@ -257,7 +257,7 @@ impl PromptSource {
         media: &MediaOptions,
         options: &RequestOptions,
     ) -> Result<PromptInput, String> {
-        let adapter = options.adapter.choice();
+        let adapter = options.adapter;
         match self {
             PromptSource::Messages(messages) => {
                 request::from_messages(model, prompt, messages, media, adapter)

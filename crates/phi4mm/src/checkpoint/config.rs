@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::error::{CheckpointError, Result};
+use super::layout::LoraAdapter;
 
 /// LongRoPE parameters (partial rotary, two factor sets and the magnitude factor).
 #[derive(Clone, Debug, PartialEq)]
@@ -129,6 +130,16 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     pub image_token_id: u32,
     pub audio_token_id: u32,
+}
+
+impl ModelConfig {
+    /// The LoRA settings of `adapter`, when the checkpoint has it.
+    pub fn lora(&self, adapter: LoraAdapter) -> Option<LoraConfig> {
+        match adapter {
+            LoraAdapter::Speech => self.speech_lora,
+            LoraAdapter::Vision => self.vision_lora,
+        }
+    }
 }
 
 pub(crate) fn read_json(path: &Path) -> Result<Value> {

@@ -5,8 +5,9 @@
 use anyhow::{anyhow, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
+use crate::adapter::AudioBranch;
 use crate::checkpoint::{AudioConfig, Checkpoint};
-use crate::model::{AudioBranch, AudioEncoding};
+use crate::model::AudioEncoding;
 
 use super::context::{IreeContext, IreeResult};
 use super::emit::audio::{emit, window_buckets, SUB_ROWS};

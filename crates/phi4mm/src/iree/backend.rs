@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 
+use crate::adapter::AudioBranch;
 use crate::checkpoint::Checkpoint;
 use crate::config::IreeSettings;
-use crate::model::{
-    AudioBranch, AudioEncoding, ImageEncoding, ImageInput, MediaEncoders, Phi4mm, PromptInput,
-};
+use crate::model::{AudioEncoding, ImageEncoding, ImageInput, MediaEncoders, Phi4mm, PromptInput};
 use crate::scheduler::{MediaStage, PrepareFn, Prepared, RowError, StepBackend, StepRow};
 use artifact_cache::ArtifactCache;
 

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use anyhow::{anyhow, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
+use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
 use crate::model::decoder::embed_tokens;
 use crate::model::rope::Rope;
-use crate::model::{AdapterMode, RopeMode};
+use crate::model::RopeMode;
 use crate::scheduler::{StepBackend, StepRow};
 
 use super::context::{IreeContext, IreeResult};

@@ -3,20 +3,13 @@
 
 use rayon::prelude::*;
 
+use crate::adapter::AudioBranch;
 use crate::checkpoint::schema::AUDIO_PREFIX;
 use crate::checkpoint::{AudioConfig, Checkpoint};
 
 use super::encoder_layers::{Linear, Norm};
 use super::linear::sgemm;
 use super::ops::{add_in_place, add_scaled, gelu_erf, layer_norm, silu, softmax};
-
-/// Which audio projection a request uses: `speech` without images, `vision` with them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum AudioBranch {
-    #[default]
-    Speech,
-    Vision,
-}
 
 const LN_EPS: f32 = 1e-5;
 

@@ -7,11 +7,12 @@
 
 use rayon::prelude::*;
 
+use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
 
 use super::kv_cache::SequenceState;
 use super::linear::{linear_new, sgemm, Matrix};
-use super::lora::{AdapterMode, LoraLinear};
+use super::lora::LoraLinear;
 use super::ops::{add_in_place, rms_norm, silu, softmax};
 use super::rope::{Rope, RopeMode};
 

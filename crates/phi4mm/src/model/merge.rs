@@ -1,8 +1,9 @@
 //! From a request (ids with expanded placeholders + media) to decoder input: encoders, the
 //! per-request adapter and audio branch, and the placeholder merge — all validated first.
 
-use super::audio::{AudioBranch, AudioEncoding};
-use super::lora::AdapterMode;
+use crate::adapter::{AdapterChoice, AdapterMode, AudioBranch};
+
+use super::audio::AudioEncoding;
 use super::vision::{ImageEncoding, ImageInput};
 use super::Phi4mm;
 
@@ -41,14 +42,6 @@ pub struct AudioInput {
     /// `[frames, mel bins]`.
     pub features: Vec<f32>,
     pub frames: usize,
-}
-
-/// Adapter selection: `Auto` follows the reference's input modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum AdapterChoice {
-    #[default]
-    Auto,
-    Fixed(AdapterMode),
 }
 
 /// A request as the model sees it: placeholders already expanded to one id per media row.
@@ -120,23 +113,6 @@ fn check_finite(what: impl Fn() -> String, data: &[f32]) -> Result<(), InputErro
 }
 
 impl Phi4mm {
-    /// The reference's input modes: text → none, image(s) → vision, audio only → speech, image(s) +
-    /// audio → vision (with the vision branch of the audio projection).
-    pub fn auto_adapter(has_images: bool, has_audio: bool) -> (AdapterMode, AudioBranch) {
-        match (has_images, has_audio) {
-            (false, false) => (AdapterMode::None, AudioBranch::Speech),
-            (true, _) => (
-                AdapterMode::Vision,
-                if has_audio {
-                    AudioBranch::Vision
-                } else {
-                    AudioBranch::Speech
-                },
-            ),
-            (false, true) => (AdapterMode::Speech, AudioBranch::Speech),
-        }
-    }
-
     /// Checks what can be checked without compute: ids, shapes, finiteness, placeholder counts,
     /// context length, adapter availability.
     pub fn validate_input(&self, p: &PromptInput, max_new_tokens: usize) -> Result<(), InputError> {
@@ -249,11 +225,8 @@ impl Phi4mm {
     }
 
     fn resolve_adapter(&self, p: &PromptInput) -> (AdapterMode, AudioBranch) {
-        let (auto, branch) = Self::auto_adapter(!p.images.is_empty(), !p.audios.is_empty());
-        match p.adapter {
-            AdapterChoice::Auto => (auto, branch),
-            AdapterChoice::Fixed(m) => (m, branch),
-        }
+        p.adapter
+            .resolve(!p.images.is_empty(), !p.audios.is_empty())
     }
 
     /// Validates, runs the encoders and writes their rows over the placeholder ids.

@@ -18,13 +18,10 @@ pub mod ops;
 pub mod rope;
 pub mod vision;
 
-pub use audio::{AudioBranch, AudioEncoder, AudioEncoding};
+pub use audio::{AudioEncoder, AudioEncoding};
 pub use decoder::{Decoder, RowStep};
 pub use kv_cache::SequenceState;
-pub use lora::AdapterMode;
-pub use merge::{
-    AdapterChoice, AudioInput, InputError, MediaEncoders, PreparedPrompt, PromptInput,
-};
+pub use merge::{AudioInput, InputError, MediaEncoders, PreparedPrompt, PromptInput};
 pub use rope::RopeMode;
 pub use vision::{ImageEncoding, ImageInput, VisionEncoder};
 

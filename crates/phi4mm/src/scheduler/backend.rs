@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::model::{AdapterMode, Phi4mm, PromptInput, RowStep, SequenceState};
+use crate::adapter::AdapterMode;
+use crate::model::{Phi4mm, PromptInput, RowStep, SequenceState};
 
 use super::{PrepareFn, Prepared, RowError};
 

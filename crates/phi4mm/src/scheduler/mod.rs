@@ -24,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::model::{AdapterMode, AudioBranch};
+use crate::adapter::{AdapterMode, AudioBranch};
 use crate::sampling::{Logprobs, SamplingConfig};
 
 /// Token ids → text (for streaming text and stop strings).

@@ -1,7 +1,7 @@
 //! What one slot owns while a request runs: its decoder state, adapter and audio branch, prompt
 //! still to prefill, sampler, stop conditions, budget, and the text already streamed.
 
-use crate::model::{AdapterMode, AudioBranch};
+use crate::adapter::{AdapterMode, AudioBranch};
 use crate::sampling::Sampler;
 
 use super::{Detokenize, Generation, RowSink};

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use crate::model_support::*;
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend::greedy;
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, Phi4mm};
+use switchyard_phi4mm::model::Phi4mm;
 
 fn run(layout: &str) {
     let ck = Checkpoint::open(&fixture().join(layout)).expect("fixture checkpoint");

@@ -3,10 +3,9 @@
 //! validation refuses bad requests before compute.
 
 use crate::model_support::*;
+use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{
-    argmax, AdapterChoice, AdapterMode, InputError, Phi4mm, PreparedPrompt, PromptInput, RowStep,
-};
+use switchyard_phi4mm::model::{argmax, InputError, Phi4mm, PreparedPrompt, PromptInput, RowStep};
 
 fn load() -> Phi4mm {
     Phi4mm::load(&Checkpoint::open(&fixture().join("model")).unwrap(), 2)

@@ -4,8 +4,9 @@
 use std::sync::OnceLock;
 
 use crate::model_support::*;
+use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
+use switchyard_phi4mm::model::Phi4mm;
 
 fn model(layout_dir: &str) -> &'static Phi4mm {
     static NATIVE: OnceLock<Phi4mm> = OnceLock::new();

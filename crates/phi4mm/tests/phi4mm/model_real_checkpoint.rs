@@ -15,8 +15,9 @@
 use std::path::PathBuf;
 
 use frontend::audio::{features_from_bytes, AudioOptions};
+use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, AudioInput, Phi4mm, PromptInput};
+use switchyard_phi4mm::model::{AudioInput, Phi4mm, PromptInput};
 
 #[test]
 fn public_vector_transcribes_example_wav() {

@@ -1,7 +1,8 @@
 //! Shared helpers for the model tests: fixture paths, reference tensors, and model inputs built
 //! from the fixture's precomputed features and preprocessed images.
 
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, AudioInput, ImageInput, PromptInput};
+use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
+use switchyard_phi4mm::model::{AudioInput, ImageInput, PromptInput};
 
 pub use switchyard_fixtures::{
     assert_matches_reference, audio_features, fixture, image_preprocessing, manifest, max_abs_diff,

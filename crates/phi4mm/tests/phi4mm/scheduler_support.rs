@@ -6,8 +6,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::model_support::*;
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, Phi4mm, PromptInput};
+use switchyard_phi4mm::model::{Phi4mm, PromptInput};
 use switchyard_phi4mm::sampling::Logprobs;
 use switchyard_phi4mm::scheduler::{Generation, HostBackend, Job, MediaStage, Outcome, RowSink};
 

@@ -9,7 +9,7 @@
 //! backend does). Per-row LoRA: each adapter's A and B run over all rows of the call, multiplied
 //! by a per-row 0/1 mask, so rows choose their adapter at run time with no global adapter state.
 
-use crate::checkpoint::{AdapterName, Checkpoint, TextConfig};
+use crate::checkpoint::{Checkpoint, LoraAdapter, TextConfig};
 
 use crate::iree::mlir::{self, Bin, Cmp, DType, Func, Ty, V};
 use crate::iree::weights::Weights;
@@ -64,11 +64,8 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
     let proj = |f: &mut Func, w: &mut Weights, i: usize, module: &str| {
         let name = format!("model.layers.{i}.{module}.weight");
         let base = w.arg(f, &name, ck.tensor(&name));
-        let mut lora = |adapter: AdapterName| {
-            let cfg = match adapter {
-                AdapterName::Speech => ck.config.speech_lora,
-                AdapterName::Vision => ck.config.vision_lora,
-            }?;
+        let mut lora = |adapter: LoraAdapter| {
+            let cfg = ck.config.lora(adapter)?;
             let (a, b) = ck.lora(i, module, adapter)?;
             let tag = adapter.as_str();
             Some(LoraW {
@@ -77,8 +74,8 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
                 scale: cfg.scale(),
             })
         };
-        let speech = lora(AdapterName::Speech);
-        let vision = lora(AdapterName::Vision);
+        let speech = lora(LoraAdapter::Speech);
+        let vision = lora(LoraAdapter::Vision);
         ProjW {
             base,
             speech,

@@ -13,7 +13,7 @@ use switchyard_phi4mm::backend;
 use switchyard_phi4mm::model::Phi4mm;
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::sampling::Logprobs;
-use switchyard_phi4mm::scheduler::{Generation, Job, Outcome, RowSink, SchedulerConfig};
+use switchyard_phi4mm::scheduler::{GenerationParams, Job, Outcome, RowSink, SchedulerConfig};
 use switchyard_phi4mm_frontend::prompt::{Message, Prompt, Role};
 
 use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs};
@@ -180,14 +180,14 @@ pub fn run(args: BatchArgs) -> Result<()> {
             id: i as u64,
             prompt_tokens: input.input_ids.len(),
             prepare: media.prepare_fn(input, spec.max_new_tokens),
-            generation: Generation {
+            generation: GenerationParams {
                 stop_ids: if spec.ignore_eos {
                     Vec::new()
                 } else {
                     model.config.eos_token_ids.clone()
                 },
                 logprobs: spec.logprobs,
-                ..Generation::greedy(spec.max_new_tokens)
+                ..GenerationParams::greedy(spec.max_new_tokens)
             },
             sink: Box::new(Collect {
                 index: i,

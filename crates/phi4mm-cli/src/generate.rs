@@ -2,6 +2,7 @@
 //! `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -13,8 +14,9 @@ use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::config::{BackendKind, IreeSettings};
 #[cfg(feature = "iree")]
 use switchyard_phi4mm::iree::backend::IreeBackend;
-use switchyard_phi4mm::model::{Generation, Phi4mm, PreparedPrompt, PromptInput};
+use switchyard_phi4mm::model::{HostBackend, MergedPrompt, Phi4mm, PromptInput};
 use switchyard_phi4mm::request;
+use switchyard_phi4mm::step::{greedy, GreedyOutput};
 use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -137,7 +139,7 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
 
 pub fn run(args: GenerateArgs) -> Result<()> {
     let ck = open_checkpoint(&args.model)?;
-    let model = Phi4mm::load(&ck, args.threads);
+    let model = Arc::new(Phi4mm::load(&ck, args.threads));
     let adapter = args.adapter;
     let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
         paths
@@ -190,7 +192,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         BackendKind::Iree => iree_generate(&ck, model, &iree, &input, args.max_new_tokens, &stop)?,
         _ => {
             let prepared = model.prepare(&input, args.max_new_tokens)?;
-            let out = model.generate(&prepared, args.max_new_tokens, &stop);
+            let out = greedy(
+                &HostBackend(model),
+                &prepared.embeds,
+                prepared.adapter,
+                args.max_new_tokens,
+                &stop,
+            );
             (prepared, out)
         }
     };
@@ -217,16 +225,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 #[cfg(feature = "iree")]
 fn iree_generate(
     ck: &Checkpoint,
-    model: Phi4mm,
+    model: Arc<Phi4mm>,
     settings: &IreeSettings,
     input: &PromptInput,
     max_new_tokens: usize,
     stop: &[u32],
-) -> Result<(PreparedPrompt, Generation)> {
-    let model = std::sync::Arc::new(model);
+) -> Result<(MergedPrompt, GreedyOutput)> {
     let iree = IreeBackend::load(ck, model.clone(), settings)?;
     let prepared = model.prepare_with(input, max_new_tokens, iree.encoders(), iree.context())?;
-    let out = backend::greedy(
+    let out = greedy(
         &iree,
         &prepared.embeds,
         prepared.adapter,
@@ -239,12 +246,12 @@ fn iree_generate(
 #[cfg(not(feature = "iree"))]
 fn iree_generate(
     _: &Checkpoint,
-    _: Phi4mm,
+    _: Arc<Phi4mm>,
     _: &IreeSettings,
     _: &PromptInput,
     _: usize,
     _: &[u32],
-) -> Result<(PreparedPrompt, Generation)> {
+) -> Result<(MergedPrompt, GreedyOutput)> {
     unreachable!("backend::resolve refuses iree without the feature")
 }
 

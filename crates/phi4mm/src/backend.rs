@@ -4,18 +4,16 @@
 
 use std::sync::Arc;
 
-use crate::adapter::AdapterMode;
 use crate::checkpoint::Checkpoint;
 use crate::config::{BackendKind, IreeSettings};
-use crate::model::{argmax, Generation, Phi4mm};
-use crate::scheduler::{
-    Detokenize, HostBackend, MediaStage, Scheduler, SchedulerConfig, StepBackend, StepRow,
-};
+use crate::model::{HostBackend, MediaStage, Phi4mm};
+use crate::scheduler::{Detokenize, Scheduler, SchedulerConfig};
+use crate::step::StepBackend;
 
 /// A started backend: the scheduler driving its decoder and the media stage feeding it.
 pub struct Running {
     pub scheduler: Scheduler,
-    pub media: Arc<dyn MediaStage>,
+    pub media: MediaStage,
     /// `host` or `iree`.
     pub name: &'static str,
     /// Backend facts for stats (`/admin/status`): for IREE the device and the artifact cache.
@@ -59,16 +57,30 @@ pub fn start(
         BackendKind::Iree => start_iree(iree, ck, model, config, detok),
         _ => {
             let backend = Arc::new(HostBackend(model));
-            let scheduler = Scheduler::start(backend.clone(), config, detok)
-                .map_err(|e| format!("cannot start the scheduler: {e}"))?;
-            Ok(Running {
-                scheduler,
-                media: backend,
-                name: "host",
-                details: Arc::new(|| serde_json::json!({"backend": "host"})),
-            })
+            let media = backend.media_stage();
+            let details = Arc::new(|| serde_json::json!({"backend": "host"}));
+            run(backend, media, "host", details, config, detok)
         }
     }
+}
+
+/// Starts the scheduler's driver over `backend`.
+fn run<B: StepBackend>(
+    backend: Arc<B>,
+    media: MediaStage,
+    name: &'static str,
+    details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
+    config: SchedulerConfig,
+    detok: Option<Detokenize>,
+) -> Result<Running, String> {
+    let scheduler = Scheduler::start(backend, config, detok)
+        .map_err(|e| format!("cannot start the scheduler: {e}"))?;
+    Ok(Running {
+        scheduler,
+        media,
+        name,
+        details,
+    })
 }
 
 #[cfg(feature = "iree")]
@@ -82,15 +94,16 @@ fn start_iree(
     let backend = Arc::new(
         crate::iree::backend::IreeBackend::load(ck, model, iree).map_err(|e| format!("{e:#}"))?,
     );
-    let scheduler = Scheduler::start(backend.clone(), config, detok)
-        .map_err(|e| format!("cannot start the scheduler: {e}"))?;
+    let media = backend.media_stage();
     let b = backend.clone();
-    Ok(Running {
-        scheduler,
-        media: backend,
-        name: "iree",
-        details: Arc::new(move || b.details()),
-    })
+    run(
+        backend,
+        media,
+        "iree",
+        Arc::new(move || b.details()),
+        config,
+        detok,
+    )
 }
 
 #[cfg(not(feature = "iree"))]
@@ -102,40 +115,4 @@ fn start_iree(
     _: Option<Detokenize>,
 ) -> Result<Running, String> {
     unreachable!("resolve() refuses iree without the feature")
-}
-
-/// Greedy decoding of one prepared prompt on any backend (a batch of one): prefill, then one
-/// token per step until `max_new_tokens` or a stop id.
-pub fn greedy<B: StepBackend>(
-    backend: &B,
-    embeds: &[f32],
-    adapter: AdapterMode,
-    max_new_tokens: usize,
-    stop_ids: &[u32],
-) -> Generation {
-    let mut state = backend.new_state();
-    let mut step = |e: &[f32]| {
-        backend
-            .step(&mut [StepRow {
-                state: &mut state,
-                embeds: e,
-                adapter,
-            }])
-            .remove(0)
-    };
-    let mut logits = step(embeds);
-    let logits_first = logits.clone();
-    let mut tokens = Vec::new();
-    while tokens.len() < max_new_tokens {
-        let next = argmax(&logits);
-        tokens.push(next);
-        if stop_ids.contains(&next) || tokens.len() == max_new_tokens {
-            break;
-        }
-        logits = step(&backend.embed(&[next]));
-    }
-    Generation {
-        tokens,
-        logits_first,
-    }
 }

@@ -8,7 +8,9 @@
 //!   numerical reference;
 //! - `iree` (feature `iree`): the same model as IREE-compiled modules;
 //! - [`backend`]: choosing and starting one of the two;
+//! - [`step`]: the batched decoder step both backends implement, and greedy decoding over it;
 //! - [`scheduler`]: continuous batching with a per-row adapter, over either backend;
+//! - [`adapter`]: the per-row LoRA adapter and audio branch, and a request's choice of them;
 //! - [`sampling`]: temperature, top-k/top-p and log probabilities per row;
 //! - [`request`]: a validated request turned into model inputs;
 //! - [`plugin`], [`config`], [`options`]: the ABI surface, the instance settings, and the
@@ -28,3 +30,4 @@ pub mod plugin;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;
+pub mod step;

@@ -16,12 +16,12 @@ use switchyard_plugin_api::{
 use crate::backend;
 use crate::checkpoint::Checkpoint;
 use crate::config::Phi4mmSettings;
-use crate::model::{Phi4mm, PromptInput};
+use crate::model::{MediaStage, Phi4mm, PromptInput};
 use crate::options::RequestOptions;
 use crate::request::{self, MediaOptions};
 use crate::sampling::{Logprobs, SamplingConfig};
 use crate::scheduler::{
-    Detokenize, FinishReason, Generation, Job, MediaStage, Outcome, Refusal, RowError, RowSink,
+    Detokenize, FinishReason, GenerationParams, Job, Outcome, Refusal, RowError, RowSink,
     Scheduler, SchedulerConfig,
 };
 use frontend::prompt::{ContentPart, Message, Prompt, Role};
@@ -48,7 +48,7 @@ pub struct Phi4mmModel {
     settings: Phi4mmSettings,
     model: Arc<Phi4mm>,
     prompt: Arc<Prompt>,
-    media: Arc<dyn MediaStage>,
+    media: MediaStage,
     backend_name: &'static str,
     backend_details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     scheduler: Scheduler,
@@ -325,7 +325,7 @@ impl PluginModel for Phi4mmModel {
                 },
                 1,
             ),
-            generation: Generation::greedy(1),
+            generation: GenerationParams::greedy(1),
             sink: Box::new(WarmSink(tx)),
         };
         self.scheduler
@@ -376,7 +376,7 @@ impl PluginModel for Phi4mmModel {
             id: request.id,
             prompt_tokens: charged,
             prepare,
-            generation: Generation {
+            generation: GenerationParams {
                 sampling: SamplingConfig {
                     temperature: s.temperature,
                     top_k: s.top_k as usize,

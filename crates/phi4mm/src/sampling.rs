@@ -3,7 +3,16 @@
 //! Every row owns its own [`Sampler`] (and so its own random state): a row's tokens never depend
 //! on which other rows share its batch, and a reused slot starts from a fresh sampler.
 
-use crate::model::argmax;
+/// Index of the largest logit (first one on ties, like `torch.argmax`).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
 
 /// How one request picks its tokens.
 #[derive(Clone, Debug, PartialEq)]

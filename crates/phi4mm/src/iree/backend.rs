@@ -10,8 +10,8 @@ use anyhow::{Context as _, Result};
 use crate::adapter::AudioBranch;
 use crate::checkpoint::Checkpoint;
 use crate::config::IreeSettings;
-use crate::model::{AudioEncoding, ImageEncoding, ImageInput, MediaEncoders, Phi4mm, PromptInput};
-use crate::scheduler::{MediaStage, PrepareFn, Prepared, RowError, StepBackend, StepRow};
+use crate::model::{AudioEncoding, ImageEncoding, ImageInput, MediaEncoders, MediaStage, Phi4mm};
+use crate::step::{StepBackend, StepRow};
 use artifact_cache::ArtifactCache;
 
 use super::audio::IreeAudio;
@@ -89,6 +89,12 @@ impl IreeBackend {
         &self.encoders
     }
 
+    /// Validation and the placeholder merge on the host model, the encoders on IREE, within the
+    /// compiled decoder's context.
+    pub fn media_stage(&self) -> MediaStage {
+        MediaStage::new(self.host.clone(), self.encoders.clone(), self.context())
+    }
+
     /// Longest prompt + new tokens a row can hold.
     pub fn context(&self) -> usize {
         self.decoder.context()
@@ -124,24 +130,5 @@ impl StepBackend for IreeBackend {
 
     fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {
         self.decoder.step(rows)
-    }
-}
-
-impl MediaStage for IreeBackend {
-    fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn {
-        let host = self.host.clone();
-        let encoders = self.encoders.clone();
-        let context = self.decoder.context();
-        Box::new(move || {
-            let p = host
-                .prepare_with(&input, max_new_tokens, &*encoders, context)
-                .map_err(|e| RowError::Invalid(e.to_string()))?;
-            Ok(Prepared {
-                prompt_tokens: p.len,
-                embeds: p.embeds,
-                adapter: p.adapter,
-                audio_branch: (!input.audios.is_empty()).then_some(p.audio_branch),
-            })
-        })
     }
 }

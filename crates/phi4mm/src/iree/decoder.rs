@@ -18,7 +18,7 @@ use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
 use crate::model::decoder::embed_tokens;
 use crate::model::rope::Rope;
 use crate::model::RopeMode;
-use crate::scheduler::{StepBackend, StepRow};
+use crate::step::{StepBackend, StepRow};
 
 use super::context::{IreeContext, IreeResult};
 use super::emit::decoder::{emit, DecoderShape};

@@ -7,8 +7,8 @@
 
 use rayon::prelude::*;
 
-use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
+use crate::step::StepRow;
 
 use super::kv_cache::SequenceState;
 use super::linear::{linear_new, sgemm, Matrix};
@@ -48,14 +48,6 @@ pub fn embed_tokens(table: &TensorView, c: &TextConfig, ids: &[u32]) -> Vec<f32>
         data.widen_into(id as usize * h, row);
     }
     out
-}
-
-/// One row of a decoder step.
-pub struct RowStep<'a> {
-    pub state: &'a mut SequenceState,
-    /// Input embeddings of the new tokens, `[n, hidden]` (n ≥ 1).
-    pub embeds: &'a [f32],
-    pub adapter: AdapterMode,
 }
 
 /// Query rows per attention block: bounds the `[block, len]` score matrix for long prompts.
@@ -108,13 +100,13 @@ impl Decoder {
 
     /// Runs the new tokens of every row through the decoder, appending to each row's cache, and
     /// returns the logits of each row's last new token (`[vocab]` per row).
-    pub fn step(&self, rows: &mut [RowStep]) -> Vec<Vec<f32>> {
+    pub fn step(&self, rows: &mut [StepRow<SequenceState>]) -> Vec<Vec<f32>> {
         let hidden = self.step_hidden(rows);
         self.logits(&hidden)
     }
 
     /// As [`Decoder::step`] but returns the final-normed hidden state of each row's last token.
-    pub fn step_hidden(&self, rows: &mut [RowStep]) -> Vec<f32> {
+    pub fn step_hidden(&self, rows: &mut [StepRow<SequenceState>]) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden_size;
 
@@ -205,7 +197,7 @@ impl Decoder {
         &self,
         layer: usize,
         qkv: &[f32],
-        rows: &mut [RowStep],
+        rows: &mut [StepRow<SequenceState>],
         counts: &[usize],
     ) -> Vec<f32> {
         let c = &self.config;

@@ -53,14 +53,16 @@ pub struct PromptInput {
     pub adapter: AdapterChoice,
 }
 
-/// Decoder-ready prompt for one row.
+/// One row's prompt after the media stage: token embeddings with the encoders' rows written over
+/// the placeholders, and the row's adapter and audio branch.
 #[derive(Clone, Debug)]
-pub struct PreparedPrompt {
+pub struct MergedPrompt {
     /// `[len, hidden]`.
     pub embeds: Vec<f32>,
     pub len: usize,
     pub adapter: AdapterMode,
-    pub audio_branch: AudioBranch,
+    /// The projection the clips went through; `None` without audio.
+    pub audio_branch: Option<AudioBranch>,
     /// Encoder outputs kept for inspection: per image the tower features, per clip the
     /// Conformer output.
     pub vision_features: Vec<Vec<f32>>,
@@ -234,7 +236,7 @@ impl Phi4mm {
         &self,
         p: &PromptInput,
         max_new_tokens: usize,
-    ) -> Result<PreparedPrompt, InputError> {
+    ) -> Result<MergedPrompt, InputError> {
         self.install(|| self.prepare_here(p, max_new_tokens))
     }
 
@@ -245,7 +247,7 @@ impl Phi4mm {
         &self,
         p: &PromptInput,
         max_new_tokens: usize,
-    ) -> Result<PreparedPrompt, InputError> {
+    ) -> Result<MergedPrompt, InputError> {
         let context = self.config.text.max_position_embeddings;
         self.prepare_with(p, max_new_tokens, self, context)
     }
@@ -257,7 +259,7 @@ impl Phi4mm {
         max_new_tokens: usize,
         encoders: &dyn MediaEncoders,
         context: usize,
-    ) -> Result<PreparedPrompt, InputError> {
+    ) -> Result<MergedPrompt, InputError> {
         self.validate_input_within(p, max_new_tokens, context)?;
         let c = &self.config;
         let h = c.text.hidden_size;
@@ -295,11 +297,11 @@ impl Phi4mm {
             if !p.audios.is_empty() {
                 scatter(&mut embeds, &p.input_ids, c.audio_token_id, &audio_rows, h);
             }
-            Ok(PreparedPrompt {
+            Ok(MergedPrompt {
                 len: p.input_ids.len(),
                 embeds,
                 adapter,
-                audio_branch,
+                audio_branch: (!p.audios.is_empty()).then_some(audio_branch),
                 vision_features,
                 audio_encoder_out,
             })

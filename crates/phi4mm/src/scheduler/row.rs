@@ -4,7 +4,7 @@
 use crate::adapter::{AdapterMode, AudioBranch};
 use crate::sampling::Sampler;
 
-use super::{Detokenize, Generation, RowSink};
+use super::{Detokenize, GenerationParams, RowSink};
 
 /// Why a row stops after the token just sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub(crate) struct Row<S> {
     pub next_input: Vec<f32>,
     pub sampler: Sampler,
     /// Budget, stops, deadline, log probabilities (empty stop strings dropped).
-    pub generation: Generation,
+    pub generation: GenerationParams,
     pub sink: Box<dyn RowSink>,
     pub tokens: Vec<u32>,
     /// Bytes of the decoded text already sent.
@@ -45,7 +45,7 @@ pub(crate) struct RowInit<S> {
     pub prompt: Vec<f32>,
     pub prompt_tokens: usize,
     pub sampler: Sampler,
-    pub generation: Generation,
+    pub generation: GenerationParams,
     pub sink: Box<dyn RowSink>,
 }
 
@@ -164,10 +164,10 @@ mod tests {
             prompt: vec![],
             prompt_tokens: 1,
             sampler: Sampler::new(SamplingConfig::default(), 0),
-            generation: Generation {
+            generation: GenerationParams {
                 stop_ids: vec![0],
                 stop_strings: stop_strings.iter().map(|s| s.to_string()).collect(),
-                ..Generation::greedy(max)
+                ..GenerationParams::greedy(max)
             },
             sink: Box::new(Null),
         })

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use crate::model_support::*;
 use switchyard_phi4mm::adapter::AdapterChoice;
-use switchyard_phi4mm::backend::greedy;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::Phi4mm;
+use switchyard_phi4mm::step::greedy;
 
 fn run(layout: &str) {
     let ck = Checkpoint::open(&fixture().join(layout)).expect("fixture checkpoint");
@@ -44,7 +44,7 @@ fn run(layout: &str) {
             1e-4,
         );
         let host_prepared = host.prepare(&input, 8).unwrap();
-        let host_out = host.generate(&host_prepared, 8, &[]);
+        let host_out = host_greedy(&host, &host_prepared, 8);
         assert_matches_reference(
             &format!("{layout} {case} logits_first vs host"),
             &got.logits_first,

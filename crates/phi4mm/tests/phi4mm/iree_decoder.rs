@@ -4,8 +4,8 @@
 //! 8 greedy tokens exact.
 
 use crate::model_support::*;
-use switchyard_phi4mm::model::argmax;
-use switchyard_phi4mm::scheduler::{StepBackend, StepRow};
+use switchyard_phi4mm::sampling::argmax;
+use switchyard_phi4mm::step::{StepBackend, StepRow};
 
 fn run(layout: &str) {
     let dec = crate::iree_support::decoder(layout);

@@ -1,12 +1,16 @@
 //! Shared helpers for the model tests: fixture paths, reference tensors, and model inputs built
 //! from the fixture's precomputed features and preprocessed images.
 
+use std::sync::Arc;
 use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
-use switchyard_phi4mm::model::{AudioInput, ImageInput, PromptInput};
+
+use switchyard_phi4mm::model::{
+    AudioInput, HostBackend, ImageInput, MergedPrompt, Phi4mm, PromptInput,
+};
+use switchyard_phi4mm::step::{greedy, GreedyOutput};
 
 pub use switchyard_fixtures::{
-    assert_matches_reference, audio_features, fixture, image_preprocessing, manifest, max_abs_diff,
-    model_cases,
+    assert_matches_reference, audio_features, fixture, image_preprocessing, manifest, model_cases,
 };
 
 /// The fixture's log-mel features of a clip.
@@ -120,4 +124,20 @@ pub fn case_adapter(case: &str) -> AdapterMode {
         "vision" => AdapterMode::Vision,
         other => panic!("adapter {other}"),
     }
+}
+
+/// Greedy decoding of a prepared prompt on the host backend, `max_new_tokens` exactly (EOS
+/// ignored).
+pub fn host_greedy(
+    model: &Arc<Phi4mm>,
+    prompt: &MergedPrompt,
+    max_new_tokens: usize,
+) -> GreedyOutput {
+    greedy(
+        &HostBackend(model.clone()),
+        &prompt.embeds,
+        prompt.adapter,
+        max_new_tokens,
+        &[],
+    )
 }

@@ -14,7 +14,7 @@ use super::kv_cache::SequenceState;
 use super::linear::{linear_new, sgemm, Matrix};
 use super::lora::LoraLinear;
 use super::ops::{add_in_place, rms_norm, silu, softmax};
-use super::rope::{Rope, RopeMode};
+use super::rope::{Rope, RopePlan};
 
 struct DecoderLayer {
     input_norm: Vec<f32>,
@@ -110,30 +110,15 @@ impl Decoder {
         let c = &self.config;
         let h = c.hidden_size;
 
-        // Per row: positions, RoPE mode, and — the first time a row crosses the original context
-        // length with a short-factor cache — its whole history re-encoded with the long factors.
+        // Per row: the factor set, and a re-encode the first time it crosses the original context.
         let mut inputs: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
         for row in rows.iter_mut() {
-            assert!(
-                !row.embeds.is_empty() && row.embeds.len() % h == 0,
-                "row embeddings shape"
-            );
-            let n = row.embeds.len() / h;
-            let st = &mut *row.state;
-            let mode = self.rope.mode_for(st.len + n);
-            if mode == RopeMode::Long && st.mode == RopeMode::Short {
-                let mut full = std::mem::take(&mut st.history);
-                full.extend_from_slice(row.embeds);
-                st.clear();
-                st.mode = RopeMode::Long;
-                inputs.push(full);
-            } else {
-                st.mode = mode;
-                if mode == RopeMode::Short && self.rope_is_long_capable() {
-                    st.history.extend_from_slice(row.embeds);
-                }
-                inputs.push(row.embeds.to_vec());
+            let n = row.tokens(h);
+            let plan = row.state.rope.plan(&self.rope, row.embeds, n);
+            if let RopePlan::Reencode(_) = plan {
+                row.state.clear_cache();
             }
+            inputs.push(plan.embeds().to_vec());
         }
 
         let counts: Vec<usize> = inputs.iter().map(|e| e.len() / h).collect();
@@ -166,7 +151,7 @@ impl Decoder {
         }
 
         for (row, &n) in rows.iter_mut().zip(&counts) {
-            row.state.len += n;
+            row.state.rope.len += n;
         }
 
         // Only each row's last token feeds the head.
@@ -186,10 +171,6 @@ impl Decoder {
         let v = self.config.vocab_size;
         let all = linear_new(hidden, rows, Matrix::of(&self.lm_head), None);
         all.chunks(v).map(<[f32]>::to_vec).collect()
-    }
-
-    fn rope_is_long_capable(&self) -> bool {
-        self.config.longrope.is_some()
     }
 
     /// Causal GQA attention of each row's new tokens against its cache (which this appends to).
@@ -213,7 +194,7 @@ impl Decoder {
         let mut t0 = 0;
         for (row, &n) in rows.iter_mut().zip(counts) {
             let st = &mut *row.state;
-            let pos0 = st.len;
+            let pos0 = st.rope.len;
             let mut q = Vec::with_capacity(n * qw);
             let mut k = Vec::with_capacity(n * kw);
             let mut v = Vec::with_capacity(n * kw);
@@ -223,8 +204,8 @@ impl Decoder {
                 k.extend_from_slice(&r[qw..qw + kw]);
                 v.extend_from_slice(&r[qw + kw..]);
             }
-            self.rope.apply(&mut q, nh, pos0, st.mode);
-            self.rope.apply(&mut k, nkv, pos0, st.mode);
+            self.rope.apply(&mut q, nh, pos0, st.rope.mode);
+            self.rope.apply(&mut k, nkv, pos0, st.rope.mode);
             let kv = &mut st.layers[layer];
             kv.k.extend_from_slice(&k);
             kv.v.extend_from_slice(&v);

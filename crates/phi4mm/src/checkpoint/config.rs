@@ -102,6 +102,16 @@ impl AudioConfig {
     pub fn subsampling_stages(&self) -> usize {
         self.time_reduction.trailing_zeros() as usize
     }
+
+    /// Encoder rows a clip of `frames` feature frames produces: each stride-2 stage halves the
+    /// length, rounding up (`ceil(frames / 8)` officially).
+    pub fn token_count(&self, frames: usize) -> usize {
+        let mut t = frames;
+        for _ in 0..self.subsampling_stages() {
+            t = t.div_ceil(2);
+        }
+        t
+    }
 }
 
 /// One LoRA adapter's hyper-parameters.

@@ -160,11 +160,7 @@ impl AudioEncoder {
 
     /// Decoder rows a clip of `frames` feature frames produces (`ceil(frames / 8)` officially).
     pub fn token_count(&self, frames: usize) -> usize {
-        let mut t = frames;
-        for _ in 0..self.config.subsampling_stages() {
-            t = t.div_ceil(2);
-        }
-        t
+        self.config.token_count(frames)
     }
 
     /// Encodes one clip of log-mel features `[frames, input_size]` and projects it with `branch`.

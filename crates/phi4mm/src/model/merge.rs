@@ -152,36 +152,12 @@ impl Phi4mm {
                 context,
             });
         }
-        let v = &c.vision;
-        let crop_len = v.num_channels * v.image_size * v.image_size;
-        let np = v.grid() * v.grid();
         let mut image_rows = 0;
         for (i, img) in p.images.iter().enumerate() {
-            let what = || format!("image {i}");
-            let s = v.image_size;
-            if img.canvas[0] == 0
-                || img.canvas[1] == 0
-                || img.canvas[0] % s != 0
-                || img.canvas[1] % s != 0
-            {
-                return Err(InputError::BadShape {
-                    what: what(),
-                    reason: format!("canvas {:?} is not a multiple of {s}", img.canvas),
-                });
-            }
-            let tiles = (img.canvas[0] / s) * (img.canvas[1] / s);
-            if img.crops != 1 + tiles
-                || img.pixel_values.len() != img.crops * crop_len
-                || img.patch_masks.len() != img.crops * np
-            {
-                return Err(InputError::BadShape {
-                    what: what(),
-                    reason: format!(
-                        "expected {} crops of {crop_len} pixels and {np} mask entries",
-                        1 + tiles
-                    ),
-                });
-            }
+            self.vision.check(img).map_err(|e| InputError::BadShape {
+                what: format!("image {i}"),
+                reason: e.to_string(),
+            })?;
             check_finite(|| format!("pixel values of image {i}"), &img.pixel_values)?;
             image_rows += self.vision.token_count(img);
         }

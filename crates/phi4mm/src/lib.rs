@@ -5,7 +5,7 @@
 //! into tokens:
 //! - [`checkpoint`]: safetensors loading for both layouts, validated before any compute;
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections), the
-//!   numerical reference;
+//!   numerical reference, over the CPU [`kernels`];
 //! - `iree` (feature `iree`): the same model as IREE-compiled modules;
 //! - [`backend`]: choosing and starting one of the two;
 //! - [`step`]: the batched decoder step both backends implement, and greedy decoding over it;
@@ -24,6 +24,7 @@ pub mod checkpoint;
 pub mod config;
 #[cfg(feature = "iree")]
 pub mod iree;
+pub mod kernels;
 pub mod model;
 pub mod options;
 pub mod plugin;

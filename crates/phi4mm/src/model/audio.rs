@@ -8,8 +8,8 @@ use crate::checkpoint::schema::AUDIO_PREFIX;
 use crate::checkpoint::{AudioConfig, Checkpoint};
 
 use super::encoder_layers::{Linear, Norm};
-use super::linear::sgemm;
-use super::ops::{add_in_place, add_scaled, gelu_erf, layer_norm, silu, softmax};
+use crate::kernels::matmul::sgemm;
+use crate::kernels::ops::{add_in_place, add_scaled, gelu_erf, layer_norm, silu, softmax};
 
 const LN_EPS: f32 = 1e-5;
 

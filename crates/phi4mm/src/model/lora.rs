@@ -5,8 +5,8 @@
 use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, LoraAdapter, TensorView};
 
-use super::linear::{linear, linear_new, Matrix};
-use super::ops::add_scaled;
+use crate::kernels::linear::{linear, linear_new, Matrix};
+use crate::kernels::ops::add_scaled;
 
 pub struct LoraPair {
     pub a: TensorView,

@@ -8,16 +8,15 @@
 //! - [`HostBackend`] is the model behind [`crate::step::StepBackend`] and its media stage, for the
 //!   scheduler and [`crate::step::greedy`].
 
+mod attention;
 pub mod audio;
 pub mod decoder;
 mod encoder_layers;
 mod host_backend;
 pub mod kv_cache;
-pub mod linear;
 pub mod lora;
 mod media_stage;
 pub mod merge;
-pub mod ops;
 pub mod rope;
 pub mod vision;
 

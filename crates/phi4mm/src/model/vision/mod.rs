@@ -11,8 +11,8 @@ use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, TensorView, VisionConfig};
 
 use super::encoder_layers::{Linear, Norm};
-use super::linear::sgemm;
-use super::ops::{add_in_place, gelu_erf, gelu_tanh, layer_norm, softmax};
+use crate::kernels::matmul::sgemm;
+use crate::kernels::ops::{add_in_place, gelu_erf, gelu_tanh, layer_norm, softmax};
 
 /// One preprocessed image: global crop first, then the sub-crops in row-major order.
 #[derive(Clone, Debug)]

@@ -142,8 +142,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
             ..SchedulerConfig::default()
         },
         None,
-    )
-    .map_err(anyhow::Error::msg)?;
+    )?;
     let (sched, media) = (running.scheduler, running.media);
     let (tx, rx) = channel();
     let mut prompt_tokens = Vec::new();

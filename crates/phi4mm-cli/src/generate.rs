@@ -186,9 +186,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         model.config.eos_token_ids.clone()
     };
     let iree = args.iree.settings();
-    let (prepared, out) = match backend::resolve(args.backend.kind(), &iree)
-        .map_err(anyhow::Error::msg)?
-    {
+    let (prepared, out) = match backend::resolve(args.backend.kind(), &iree)? {
         BackendKind::Iree => iree_generate(&ck, model, &iree, &input, args.max_new_tokens, &stop)?,
         _ => {
             let prepared = model.prepare(&input, args.max_new_tokens)?;

@@ -20,16 +20,27 @@ pub struct Running {
     pub details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
 }
 
+/// Why a backend could not be chosen or started.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(
+        "backend \"iree\": this build of the phi4mm plugin has no IREE backend (build it with \
+         `--features iree`)"
+    )]
+    IreeNotBuilt,
+    #[error("cannot start the scheduler: {0}")]
+    Scheduler(std::io::Error),
+    #[cfg(feature = "iree")]
+    #[error(transparent)]
+    Iree(#[from] crate::iree::IreeError),
+}
+
 /// Resolves `auto` and refuses `iree` where this build cannot provide it.
-pub fn resolve(kind: BackendKind, iree: &IreeSettings) -> Result<BackendKind, String> {
+pub fn resolve(kind: BackendKind, iree: &IreeSettings) -> Result<BackendKind, BackendError> {
     match kind {
         BackendKind::Host => Ok(BackendKind::Host),
         BackendKind::Iree if cfg!(feature = "iree") => Ok(BackendKind::Iree),
-        BackendKind::Iree => Err(
-            "backend \"iree\": this build of the phi4mm plugin has no IREE backend (build it with \
-             `--features iree`)"
-                .into(),
-        ),
+        BackendKind::Iree => Err(BackendError::IreeNotBuilt),
         BackendKind::Auto => {
             #[cfg(feature = "iree")]
             {
@@ -52,7 +63,7 @@ pub fn start(
     model: Arc<Phi4mm>,
     config: SchedulerConfig,
     detok: Option<Detokenize>,
-) -> Result<Running, String> {
+) -> Result<Running, BackendError> {
     match resolve(kind, iree)? {
         BackendKind::Iree => start_iree(iree, ck, model, config, detok),
         _ => {
@@ -72,9 +83,8 @@ fn run<B: StepBackend>(
     details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     config: SchedulerConfig,
     detok: Option<Detokenize>,
-) -> Result<Running, String> {
-    let scheduler = Scheduler::start(backend, config, detok)
-        .map_err(|e| format!("cannot start the scheduler: {e}"))?;
+) -> Result<Running, BackendError> {
+    let scheduler = Scheduler::start(backend, config, detok).map_err(BackendError::Scheduler)?;
     Ok(Running {
         scheduler,
         media,
@@ -90,10 +100,8 @@ fn start_iree(
     model: Arc<Phi4mm>,
     config: SchedulerConfig,
     detok: Option<Detokenize>,
-) -> Result<Running, String> {
-    let backend = Arc::new(
-        crate::iree::backend::IreeBackend::load(ck, model, iree).map_err(|e| format!("{e:#}"))?,
-    );
+) -> Result<Running, BackendError> {
+    let backend = Arc::new(crate::iree::backend::IreeBackend::load(ck, model, iree)?);
     let media = backend.media_stage();
     let b = backend.clone();
     run(
@@ -113,6 +121,6 @@ fn start_iree(
     _: Arc<Phi4mm>,
     _: SchedulerConfig,
     _: Option<Detokenize>,
-) -> Result<Running, String> {
+) -> Result<Running, BackendError> {
     unreachable!("resolve() refuses iree without the feature")
 }

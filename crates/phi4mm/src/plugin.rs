@@ -18,7 +18,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::Phi4mmSettings;
 use crate::model::{MediaStage, Phi4mm, PromptInput};
 use crate::options::RequestOptions;
-use crate::request::{self, MediaOptions};
+use crate::request::{self, MediaOptions, RequestError};
 use crate::sampling::{Logprobs, SamplingConfig};
 use crate::scheduler::{
     Detokenize, FinishReason, GenerationParams, Job, Outcome, Refusal, RowError, RowSink,
@@ -65,7 +65,9 @@ pub fn create_instance(
         )));
     }
     let mut settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
-    settings.validate().map_err(PluginError::invalid_settings)?;
+    settings
+        .validate()
+        .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
     settings.resolve_paths(|p| services.resolve_path(p));
     Phi4mmModel::load(settings, services.thread_budget as usize, &|m| {
         services.info(m)
@@ -108,7 +110,7 @@ impl Phi4mmModel {
             },
             Some(detok),
         )
-        .map_err(PluginError::invalid_settings)?;
+        .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
         log(&format!(
             "phi4mm loaded from {} on the {} backend: {} slots, {threads} decoder threads, {media_threads} media threads",
             dir.display(),
@@ -256,7 +258,7 @@ impl PromptSource {
         prompt: &Prompt,
         media: &MediaOptions,
         options: &RequestOptions,
-    ) -> Result<PromptInput, String> {
+    ) -> Result<PromptInput, RequestError> {
         let adapter = options.adapter;
         match self {
             PromptSource::Messages(messages) => {
@@ -272,7 +274,6 @@ impl PromptSource {
                 request::from_ids(input_ids.clone(), &images, &audios, media, adapter)
             }
         }
-        .map_err(|e| e.to_string())
     }
 }
 
@@ -348,8 +349,9 @@ impl PluginModel for Phi4mmModel {
         }
         let options = request
             .model_options_json()
-            .and_then(RequestOptions::from_json)
             .map_err(PluginError::invalid_request)?;
+        let options = RequestOptions::from_json(options)
+            .map_err(|e| PluginError::invalid_request(e.to_string()))?;
         let source = self.prompt_source(&request, &options)?;
         // Tokenizing here refuses malformed chats at admission and gives the queue its charge.
         let charged = source.charge(&self.prompt)?;
@@ -368,7 +370,7 @@ impl PluginModel for Phi4mmModel {
         let prepare = Box::new(move || {
             let input = source
                 .build(&model, &prompt, &media_options, &options)
-                .map_err(RowError::Invalid)?;
+                .map_err(|e| RowError::Invalid(e.to_string()))?;
             (media.prepare_fn(input, max_new_tokens))()
         });
         let s = &request.sampling;

@@ -5,12 +5,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
-
 use crate::adapter::AudioBranch;
 use crate::checkpoint::Checkpoint;
 use crate::config::IreeSettings;
-use crate::model::{AudioEncoding, ImageEncoding, ImageInput, MediaEncoders, MediaStage, Phi4mm};
+use crate::model::{
+    AudioEncoding, EncoderError, ImageEncoding, ImageInput, MediaEncoders, MediaStage, Phi4mm,
+};
 use crate::step::{StepBackend, StepRow};
 use artifact_cache::ArtifactCache;
 
@@ -18,6 +18,7 @@ use super::audio::IreeAudio;
 use super::compiler::IreeCompiler;
 use super::context::IreeContext;
 use super::decoder::{IreeDecoder, IreeSequence};
+use super::error::{IreeError, Result};
 use super::vision::IreeVision;
 
 pub struct IreeBackend {
@@ -34,8 +35,8 @@ pub struct IreeEncoders {
 }
 
 impl MediaEncoders for IreeEncoders {
-    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String> {
-        self.vision.encode(image).map_err(|e| format!("{e:#}"))
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, EncoderError> {
+        Ok(self.vision.encode(image)?)
     }
 
     fn encode_audio(
@@ -43,10 +44,8 @@ impl MediaEncoders for IreeEncoders {
         features: &[f32],
         frames: usize,
         branch: AudioBranch,
-    ) -> Result<AudioEncoding, String> {
-        self.audio
-            .encode(features, frames, branch)
-            .map_err(|e| format!("{e:#}"))
+    ) -> Result<AudioEncoding, EncoderError> {
+        Ok(self.audio.encode(features, frames, branch)?)
     }
 }
 
@@ -58,10 +57,12 @@ impl IreeBackend {
             .clone()
             .unwrap_or_else(ArtifactCache::default_dir);
         let cache = ArtifactCache::open(&dir)
-            .with_context(|| format!("IREE artifact cache {}", dir.display()))?
+            .map_err(|cause| IreeError::CacheDir {
+                dir: dir.clone(),
+                cause,
+            })?
             .with_progress(super::progress::terminal());
-        let compiler = IreeCompiler::new(settings.compiler.as_deref(), &settings.target_cpu)
-            .map_err(anyhow::Error::msg)?;
+        let compiler = IreeCompiler::new(settings.compiler.as_deref(), &settings.target_cpu)?;
         let ctx = Arc::new(IreeContext::new(
             Arc::new(cache),
             compiler,

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use anyhow::{anyhow, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
 use crate::adapter::AdapterMode;
@@ -19,8 +18,9 @@ use crate::model::decoder::embed_tokens;
 use crate::model::rope::{Rope, RopeState};
 use crate::step::{StepBackend, StepRow};
 
-use super::context::{IreeContext, IreeResult};
+use super::context::IreeContext;
 use super::emit::decoder::{emit, DecoderShape};
+use super::error::{IreeResult, Result};
 use super::worker::Worker;
 
 /// Decode batch sizes compiled into the module.
@@ -153,20 +153,18 @@ impl IreeDecoder {
             let runtime = IreeContext::runtime(&device)?;
             let program = runtime
                 .load_vmfb(&bytes)
-                .map_err(|e| anyhow!("loading the decoder module: {e}"))?;
+                .iree("loading the decoder module")?;
             let func = |name: &str| {
                 program
                     .function(&format!("decoder.{name}"))
-                    .map_err(|e| anyhow!("decoder.{name}: {e}"))
+                    .iree(&format!("decoder.{name}"))
             };
             let prefill = func("prefill")?;
             let decode = DECODE_BATCHES
                 .iter()
                 .map(|&b| Ok((b, func(&format!("decode_b{b}"))?)))
                 .collect::<Result<Vec<_>>>()?;
-            let weights = weights
-                .upload(&runtime)
-                .map_err(|e| anyhow!("uploading decoder weights: {e}"))?;
+            let weights = weights.upload(&runtime).iree("uploading decoder weights")?;
             Ok(DecoderRt {
                 _runtime: runtime,
                 _program: program,
@@ -229,11 +227,7 @@ impl IreeDecoder {
                     args.push(f32_view(r, &[chunk, 2], &masks)?.into());
                     args.push(k.into());
                     args.push(v.into());
-                    let mut out = rt
-                        .prefill
-                        .invoke(args)
-                        .map_err(|e| anyhow!("decoder.prefill: {e}"))?
-                        .into_iter();
+                    let mut out = rt.prefill.invoke(args).iree("decoder.prefill")?.into_iter();
                     let logits: BufferView<f32> =
                         out.next().unwrap().try_into().iree("decoder result")?;
                     let k: BufferView<f32> =
@@ -303,7 +297,7 @@ impl IreeDecoder {
                 let func = &rt.decode.iter().find(|(bb, _)| *bb == b).unwrap().1;
                 let mut out = func
                     .invoke(args)
-                    .map_err(|e| anyhow!("decoder.decode_b{b}: {e}"))?
+                    .iree(&format!("decoder.decode_b{b}"))?
                     .into_iter();
                 let logits: BufferView<f32> =
                     out.next().unwrap().try_into().iree("decoder result")?;

@@ -3,15 +3,15 @@
 //! projection run on IREE; the host only computes indices (position ids, the HD row layout) and
 //! copies rows into place.
 
-use anyhow::{anyhow, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
 use crate::checkpoint::{Checkpoint, VisionConfig};
 use crate::model::vision::{position_ids, HdLayout};
 use crate::model::{ImageEncoding, ImageInput};
 
-use super::context::{IreeContext, IreeResult};
+use super::context::IreeContext;
 use super::emit::vision::{emit, PROJECT_ROWS};
+use super::error::{IreeResult, Result};
 use super::worker::Worker;
 
 struct VisionRt {
@@ -57,17 +57,15 @@ impl IreeVision {
             let runtime = IreeContext::runtime(&device)?;
             let program = runtime
                 .load_vmfb(&bytes)
-                .map_err(|e| anyhow!("loading the vision module: {e}"))?;
+                .iree("loading the vision module")?;
             let func = |name: &str| {
                 program
                     .function(&format!("vision.{name}"))
-                    .map_err(|e| anyhow!("vision.{name}: {e}"))
+                    .iree(&format!("vision.{name}"))
             };
             let main = func("main")?;
             let project = func("project")?;
-            let weights = weights
-                .upload(&runtime)
-                .map_err(|e| anyhow!("uploading vision weights: {e}"))?;
+            let weights = weights.upload(&runtime).iree("uploading vision weights")?;
             Ok(VisionRt {
                 runtime,
                 _program: program,
@@ -116,11 +114,7 @@ impl IreeVision {
                 let ids: BufferView<i32> = r.buffer_view(&[np], &ids).iree("IREE input buffer")?;
                 args.push(ids.into());
                 args.push(f32_view(r, &[np], &valid)?.into());
-                let mut out = rt
-                    .main
-                    .invoke(args)
-                    .map_err(|e| anyhow!("vision.main: {e}"))?
-                    .into_iter();
+                let mut out = rt.main.invoke(args).iree("vision.main")?.into_iter();
                 let f: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
                 let p: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
                 Ok((
@@ -146,11 +140,7 @@ impl IreeVision {
             let out = self.worker.run(move |rt| -> Result<Vec<f32>> {
                 let mut args: Vec<Value> = rt.weights.clone();
                 args.push(f32_view(&rt.runtime, &[PROJECT_ROWS, hid], &bucket)?.into());
-                let mut out = rt
-                    .project
-                    .invoke(args)
-                    .map_err(|e| anyhow!("vision.project: {e}"))?
-                    .into_iter();
+                let mut out = rt.project.invoke(args).iree("vision.project")?.into_iter();
                 let y: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
                 y.read().iree("reading projected rows")
             })?;

@@ -7,22 +7,26 @@ use super::audio::AudioEncoding;
 use super::vision::{ImageEncoding, ImageInput};
 use super::Phi4mm;
 
+/// Why a backend's encoder failed (the host encoders never do; a compiled one can fail at
+/// run time). Boxed, since the model does not know the backends' error types.
+pub type EncoderError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The encoders a backend runs media through. The host backend's own encoders are one
 /// implementation, the IREE modules another; validation, adapter choice and the placeholder
 /// merge around them are the same for both.
 pub trait MediaEncoders {
-    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String>;
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, EncoderError>;
     fn encode_audio(
         &self,
         features: &[f32],
         frames: usize,
         branch: AudioBranch,
-    ) -> Result<AudioEncoding, String>;
+    ) -> Result<AudioEncoding, EncoderError>;
 }
 
 /// The host backend's encoders.
 impl MediaEncoders for Phi4mm {
-    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String> {
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, EncoderError> {
         Ok(self.vision.encode(image))
     }
 
@@ -31,7 +35,7 @@ impl MediaEncoders for Phi4mm {
         features: &[f32],
         frames: usize,
         branch: AudioBranch,
-    ) -> Result<AudioEncoding, String> {
+    ) -> Result<AudioEncoding, EncoderError> {
         Ok(self.audio.encode(features, frames, branch))
     }
 }
@@ -69,7 +73,7 @@ pub struct MergedPrompt {
     pub audio_encoder_out: Vec<Vec<f32>>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error)]
 pub enum InputError {
     #[error("empty prompt")]
     EmptyPrompt,
@@ -100,8 +104,9 @@ pub enum InputError {
     },
     #[error("adapter {0:?} requested but the checkpoint has no such LoRA")]
     AdapterUnavailable(AdapterMode),
-    #[error("{0}")]
-    Backend(String),
+    /// An encoder failed; `what` names the encoder and the medium.
+    #[error("{what}: {cause}")]
+    Encoder { what: String, cause: EncoderError },
 }
 
 fn check_finite(what: impl Fn() -> String, data: &[f32]) -> Result<(), InputError> {
@@ -248,7 +253,10 @@ impl Phi4mm {
             for (i, img) in p.images.iter().enumerate() {
                 let enc = encoders
                     .encode_image(img)
-                    .map_err(|e| InputError::Backend(format!("vision encoder, image {i}: {e}")))?;
+                    .map_err(|cause| InputError::Encoder {
+                        what: format!("vision encoder, image {i}"),
+                        cause,
+                    })?;
                 check_finite(
                     || format!("vision encoder output of image {i}"),
                     &enc.embeds,
@@ -262,7 +270,10 @@ impl Phi4mm {
             for (i, a) in p.audios.iter().enumerate() {
                 let enc = encoders
                     .encode_audio(&a.features, a.frames, audio_branch)
-                    .map_err(|e| InputError::Backend(format!("audio encoder, clip {i}: {e}")))?;
+                    .map_err(|cause| InputError::Encoder {
+                        what: format!("audio encoder, clip {i}"),
+                        cause,
+                    })?;
                 check_finite(|| format!("audio encoder output of clip {i}"), &enc.embeds)?;
                 audio_rows.extend_from_slice(&enc.embeds);
                 audio_encoder_out.push(enc.encoder_out);

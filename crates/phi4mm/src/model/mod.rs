@@ -25,7 +25,7 @@ pub use decoder::Decoder;
 pub use host_backend::HostBackend;
 pub use kv_cache::SequenceState;
 pub use media_stage::MediaStage;
-pub use merge::{AudioInput, InputError, MediaEncoders, MergedPrompt, PromptInput};
+pub use merge::{AudioInput, EncoderError, InputError, MediaEncoders, MergedPrompt, PromptInput};
 pub use rope::RopeMode;
 pub use vision::{ImageEncoding, ImageInput, VisionEncoder};
 

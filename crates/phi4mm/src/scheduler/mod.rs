@@ -294,7 +294,7 @@ impl Scheduler {
 
     pub fn submit(&self, job: Job) -> Result<(), Refusal> {
         if let Err(e) = job.generation.sampling.validate() {
-            return Err(Refusal::Invalid(e));
+            return Err(Refusal::Invalid(e.to_string()));
         }
         if job.generation.max_new_tokens == 0 {
             return Err(Refusal::Invalid("max_tokens must be at least 1".into()));

@@ -65,8 +65,18 @@ pub fn start(
     detok: Option<Detokenize>,
 ) -> Result<Running, BackendError> {
     match resolve(kind, iree)? {
-        BackendKind::Iree => start_iree(iree, ck, model, config, detok),
+        #[cfg(feature = "iree")]
+        BackendKind::Iree => {
+            let backend = Arc::new(crate::iree::backend::IreeBackend::load(ck, model, iree)?);
+            let media = backend.media_stage();
+            let b = backend.clone();
+            let details = Arc::new(move || b.details());
+            run(backend, media, "iree", details, config, detok)
+        }
+        // Without the `iree` feature, `resolve` never answers `Iree`.
         _ => {
+            let _ = ck; // only the IREE backend reads the checkpoint; the host model has it
+
             let backend = Arc::new(HostBackend(model));
             let media = backend.media_stage();
             let details = Arc::new(|| serde_json::json!({"backend": "host"}));
@@ -91,36 +101,4 @@ fn run<B: StepBackend>(
         name,
         details,
     })
-}
-
-#[cfg(feature = "iree")]
-fn start_iree(
-    iree: &IreeSettings,
-    ck: &Checkpoint,
-    model: Arc<Phi4mm>,
-    config: SchedulerConfig,
-    detok: Option<Detokenize>,
-) -> Result<Running, BackendError> {
-    let backend = Arc::new(crate::iree::backend::IreeBackend::load(ck, model, iree)?);
-    let media = backend.media_stage();
-    let b = backend.clone();
-    run(
-        backend,
-        media,
-        "iree",
-        Arc::new(move || b.details()),
-        config,
-        detok,
-    )
-}
-
-#[cfg(not(feature = "iree"))]
-fn start_iree(
-    _: &IreeSettings,
-    _: &Checkpoint,
-    _: Arc<Phi4mm>,
-    _: SchedulerConfig,
-    _: Option<Detokenize>,
-) -> Result<Running, BackendError> {
-    unreachable!("resolve() refuses iree without the feature")
 }

@@ -18,7 +18,7 @@ impl<S> StepRow<'_, S> {
     /// Number of new tokens in the row (panics on a shape that is not `[n ≥ 1, hidden]`).
     pub fn tokens(&self, hidden: usize) -> usize {
         assert!(
-            !self.embeds.is_empty() && self.embeds.len() % hidden == 0,
+            !self.embeds.is_empty() && self.embeds.len().is_multiple_of(hidden),
             "row embeddings shape"
         );
         self.embeds.len() / hidden

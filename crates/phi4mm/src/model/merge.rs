@@ -212,25 +212,16 @@ impl Phi4mm {
             .resolve(!p.images.is_empty(), !p.audios.is_empty())
     }
 
-    /// Validates, runs the encoders and writes their rows over the placeholder ids.
+    /// Validates, runs the host encoders on the model's pool and writes their rows over the
+    /// placeholder ids. (The scheduler's media stage runs them on its own pool instead:
+    /// [`super::HostBackend::media_stage`].)
     pub fn prepare(
         &self,
         p: &PromptInput,
         max_new_tokens: usize,
     ) -> Result<MergedPrompt, InputError> {
-        self.install(|| self.prepare_here(p, max_new_tokens))
-    }
-
-    /// As [`Phi4mm::prepare`], but the encoders run on the caller's rayon pool instead of the
-    /// model's: the scheduler's media workers have their own pool, so a large image does not take
-    /// the decoder's threads away from running rows.
-    pub fn prepare_here(
-        &self,
-        p: &PromptInput,
-        max_new_tokens: usize,
-    ) -> Result<MergedPrompt, InputError> {
         let context = self.config.text.max_position_embeddings;
-        self.prepare_with(p, max_new_tokens, self, context)
+        self.install(|| self.prepare_with(p, max_new_tokens, self, context))
     }
 
     /// The media stage with another backend's encoders and context length.

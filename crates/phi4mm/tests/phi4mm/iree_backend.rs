@@ -35,14 +35,7 @@ fn run(layout: &str) {
             );
         }
         let got = greedy(&iree, &prepared.embeds, prepared.adapter, 8, &[]);
-        let (want, _) = refs.f32(&t("logits_first"));
-        assert_matches_reference(
-            &format!("{layout} {case} logits_first"),
-            &got.logits_first,
-            &want,
-            1e-4,
-            1e-4,
-        );
+        assert_matches_case(&format!("{layout} {case}"), case, &got);
         let host_prepared = host.prepare(&input, 8).unwrap();
         let host_out = host_greedy(&host, &host_prepared, 8);
         assert_matches_reference(
@@ -52,13 +45,6 @@ fn run(layout: &str) {
             1e-4,
             1e-4,
         );
-        let want_tokens: Vec<u32> = refs
-            .i64(&t("greedy_tokens"))
-            .0
-            .iter()
-            .map(|&i| i as u32)
-            .collect();
-        assert_eq!(got.tokens, want_tokens, "{layout} {case} greedy tokens");
         assert_eq!(
             got.tokens, host_out.tokens,
             "{layout} {case} tokens vs host"

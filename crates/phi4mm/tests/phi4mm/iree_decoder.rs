@@ -49,12 +49,7 @@ fn run(layout: &str) {
             1e-4,
             1e-4,
         );
-        let want_tokens: Vec<u32> = refs
-            .i64(&t("greedy_tokens"))
-            .0
-            .iter()
-            .map(|&i| i as u32)
-            .collect();
+        let want_tokens = reference_tokens(case);
         let mut tokens = Vec::new();
         while tokens.len() < want_tokens.len() {
             let next = argmax(&logits);

@@ -75,24 +75,7 @@ fn run_case(layout_dir: &str, case: &str) {
 
     // EOS ignored: always 8 tokens.
     let out = host_greedy(model, &prepared, 8);
-    let (want_logits, _) = refs.f32(&t("logits_first"));
-    assert_matches_reference(
-        &format!("{case} logits_first"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want_tokens: Vec<u32> = refs
-        .i64(&t("greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(
-        out.tokens, want_tokens,
-        "{case} ({layout_dir}): greedy tokens"
-    );
+    assert_matches_case(&format!("{case} ({layout_dir})"), case, &out);
 }
 
 macro_rules! cases {
@@ -153,21 +136,7 @@ fn run_case_from_wav(case: &str, wav: &str) {
     }];
     let prepared = model.prepare(&input, 8).expect("valid input");
     let out = host_greedy(model, &prepared, 8);
-    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
-    assert_matches_reference(
-        &format!("{case} from {wav}"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want: Vec<u32> = model_cases()
-        .i64(&format!("{case}.greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(out.tokens, want, "{case} from {wav}");
+    assert_matches_case(&format!("{case} from {wav}"), case, &out);
 }
 
 #[test]
@@ -226,21 +195,7 @@ fn run_chat_case(layout_dir: &str, case: &str) {
     );
     let prepared = model.prepare(&input, 8).expect("valid input");
     let out = host_greedy(model, &prepared, 8);
-    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
-    assert_matches_reference(
-        &format!("{case} chat logits_first"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want: Vec<u32> = model_cases()
-        .i64(&format!("{case}.greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(out.tokens, want, "{case} ({layout_dir}) from messages");
+    assert_matches_case(&format!("{case} ({layout_dir}) from messages"), case, &out);
     let text = prompt.tokenizer().decode(&out.tokens, true).unwrap();
     assert_eq!(
         text,
@@ -286,21 +241,7 @@ fn run_case_from_png(case: &str) {
         .collect();
     let prepared = model.prepare(&input, 8).expect("valid input");
     let out = host_greedy(model, &prepared, 8);
-    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
-    assert_matches_reference(
-        &format!("{case} from png"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want: Vec<u32> = model_cases()
-        .i64(&format!("{case}.greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(out.tokens, want, "{case} from png");
+    assert_matches_case(&format!("{case} from png"), case, &out);
 }
 
 #[test]

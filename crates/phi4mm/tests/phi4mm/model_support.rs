@@ -141,3 +141,27 @@ pub fn host_greedy(
         &[],
     )
 }
+
+/// The reference's greedy tokens of a case (`<case>.greedy_tokens`).
+pub fn reference_tokens(case: &str) -> Vec<u32> {
+    model_cases()
+        .i64(&format!("{case}.greedy_tokens"))
+        .0
+        .iter()
+        .map(|&i| i as u32)
+        .collect()
+}
+
+/// A greedy run of `case` against the reference: first-step logits within
+/// `1e-4 + 1e-4·|ref|`, the tokens exact. `what` labels the failure.
+pub fn assert_matches_case(what: &str, case: &str, out: &GreedyOutput) {
+    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
+    assert_matches_reference(
+        &format!("{what} logits_first"),
+        &out.logits_first,
+        &want_logits,
+        1e-4,
+        1e-4,
+    );
+    assert_eq!(out.tokens, reference_tokens(case), "{what}: greedy tokens");
+}

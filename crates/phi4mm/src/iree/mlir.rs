@@ -667,7 +667,7 @@ impl Func {
         self.scale(&y, 0.5)
     }
 
-    /// Convolution in NCH[W] layout (`[batch, feature, spatial…]`, weights `[out, in/groups,
+    /// Convolution in NCH\[W\] layout (`[batch, feature, spatial…]`, weights `[out, in/groups,
     /// spatial…]`), as PyTorch's conv1d/conv2d.
     pub fn conv(
         &mut self,

@@ -1,4 +1,4 @@
-//! How the artifact cache's work shows on a terminal: a "compiling <entry> … 12.3 s" spinner
+//! How the artifact cache's work shows on a terminal: a `compiling <entry> … 12.3 s` spinner
 //! while a module compiles (compiles take minutes on the real checkpoint), and one line when an
 //! entry is rebuilt or another process holds its lock. Nothing is drawn when stderr is not a
 //! terminal, except the rebuild line, which an operator reading logs needs to see.

@@ -1,11 +1,10 @@
 //! The Phi3-style text decoder, stepped over a batch of independent rows and written as the math
-//! (after candle's `phi3`): each [`DecoderLayer`] is `x += attn(norm(x)); x += mlp(norm(x))`.
+//! (after candle's `phi3`): each `DecoderLayer` is `x += attn(norm(x)); x += mlp(norm(x))`.
 //!
 //! One [`Decoder::step`] takes any mix of rows — a prefill of many tokens, a single decode token,
 //! a re-encode — each with its own [`SequenceState`] (position, KV cache, RoPE mode) and its own
-//! [`AdapterMode`](crate::adapter::AdapterMode). The linear layers run once over all tokens of all
-//! rows (weights read once); attention runs per row against that row's cache. A solo request is a
-//! batch of one.
+//! [`AdapterMode`]. The linear layers run once over all tokens of all rows (weights read once);
+//! attention runs per row against that row's cache. A solo request is a batch of one.
 
 use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};

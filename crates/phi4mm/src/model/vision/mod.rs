@@ -1,4 +1,4 @@
-//! SigLIP-NaViT vision tower, 2×2 pooling, the HD layout with learned separators ([`hd`]), and
+//! SigLIP-NaViT vision tower, 2×2 pooling, the HD layout with learned separators (`hd`), and
 //! the image projection.
 
 mod hd;

@@ -11,7 +11,7 @@
 
 use std::hint::black_box;
 use std::time::Instant;
-use switchyard_phi4mm::model::argmax;
+use switchyard_phi4mm::sampling::argmax;
 use switchyard_phi4mm::sampling::{Logprobs, Sampler, SamplingConfig};
 
 const VOCAB: usize = 200_064;

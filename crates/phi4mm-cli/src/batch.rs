@@ -8,12 +8,12 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend;
 use switchyard_phi4mm::model::Phi4mm;
-use switchyard_phi4mm::options::AdapterOption;
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::sampling::Logprobs;
-use switchyard_phi4mm::scheduler::{Generation, Job, Outcome, RowSink, SchedulerConfig};
+use switchyard_phi4mm::scheduler::{GenerationParams, Job, Outcome, RowSink, SchedulerConfig};
 use switchyard_phi4mm_frontend::prompt::{Message, Prompt, Role};
 
 use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs};
@@ -48,7 +48,7 @@ struct RequestSpec {
     image: Vec<PathBuf>,
     /// `auto` (default), `none`, `speech` or `vision`.
     #[serde(default)]
-    adapter: AdapterOption,
+    adapter: AdapterChoice,
     #[serde(default = "default_max")]
     max_new_tokens: usize,
     #[serde(default)]
@@ -142,13 +142,12 @@ pub fn run(args: BatchArgs) -> Result<()> {
             ..SchedulerConfig::default()
         },
         None,
-    )
-    .map_err(anyhow::Error::msg)?;
+    )?;
     let (sched, media) = (running.scheduler, running.media);
     let (tx, rx) = channel();
     let mut prompt_tokens = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        let adapter = spec.adapter.choice();
+        let adapter = spec.adapter;
         let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
             paths
                 .iter()
@@ -180,14 +179,14 @@ pub fn run(args: BatchArgs) -> Result<()> {
             id: i as u64,
             prompt_tokens: input.input_ids.len(),
             prepare: media.prepare_fn(input, spec.max_new_tokens),
-            generation: Generation {
+            generation: GenerationParams {
                 stop_ids: if spec.ignore_eos {
                     Vec::new()
                 } else {
                     model.config.eos_token_ids.clone()
                 },
                 logprobs: spec.logprobs,
-                ..Generation::greedy(spec.max_new_tokens)
+                ..GenerationParams::greedy(spec.max_new_tokens)
             },
             sink: Box::new(Collect {
                 index: i,

@@ -10,10 +10,14 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::json;
+use switchyard_phi4mm::adapter::AdapterMode;
 use switchyard_phi4mm::checkpoint::schema::expected_schema;
 use switchyard_phi4mm::checkpoint::{config, Checkpoint, Layout};
-use switchyard_phi4mm::model::linear::{linear, sgemm, Matrix};
-use switchyard_phi4mm::model::{argmax, AdapterMode, Phi4mm, RowStep};
+use switchyard_phi4mm::kernels::linear::{linear, Matrix};
+use switchyard_phi4mm::kernels::matmul::sgemm;
+use switchyard_phi4mm::model::Phi4mm;
+use switchyard_phi4mm::sampling::argmax;
+use switchyard_phi4mm::step::StepRow;
 
 #[derive(Args)]
 pub struct BenchCheckpointArgs {
@@ -277,7 +281,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         let t = Instant::now();
         let mut logits = model
             .decoder
-            .step(&mut [RowStep {
+            .step(&mut [StepRow {
                 state: &mut state,
                 embeds: &embeds,
                 adapter: AdapterMode::None,
@@ -290,7 +294,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             let e = model.decoder.embed(&tokens[tokens.len() - 1..]);
             logits = model
                 .decoder
-                .step(&mut [RowStep {
+                .step(&mut [StepRow {
                     state: &mut state,
                     embeds: &e,
                     adapter: AdapterMode::None,

@@ -15,10 +15,12 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
+use switchyard_phi4mm::adapter::{AdapterMode, AudioBranch};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{argmax, AdapterMode, AudioBranch, AudioInput, ImageInput, Phi4mm};
+use switchyard_phi4mm::model::{AudioInput, HostBackend, ImageInput, Phi4mm};
 use switchyard_phi4mm::request;
-use switchyard_phi4mm::scheduler::{HostBackend, StepBackend, StepRow};
+use switchyard_phi4mm::sampling::argmax;
+use switchyard_phi4mm::step::{StepBackend, StepRow};
 use switchyard_phi4mm_frontend::audio::AudioOptions;
 
 use crate::generate::IreeArgs;

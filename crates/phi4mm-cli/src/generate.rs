@@ -2,20 +2,21 @@
 //! `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::config::{BackendKind, IreeSettings};
 #[cfg(feature = "iree")]
 use switchyard_phi4mm::iree::backend::IreeBackend;
-use switchyard_phi4mm::model::{
-    AdapterChoice, AdapterMode, Generation, Phi4mm, PreparedPrompt, PromptInput,
-};
+use switchyard_phi4mm::model::{HostBackend, MergedPrompt, Phi4mm, PromptInput};
 use switchyard_phi4mm::request;
+use switchyard_phi4mm::step::{greedy, GreedyOutput};
 use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -60,14 +61,6 @@ impl Backend {
     }
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum AdapterArg {
-    Auto,
-    None,
-    Speech,
-    Vision,
-}
-
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).multiple(false)))]
 pub struct GenerateArgs {
@@ -94,8 +87,8 @@ pub struct GenerateArgs {
     /// Image (PNG, JPEG, WebP, GIF); repeat for several, bound to placeholders in order.
     #[arg(long)]
     pub image: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub adapter: AdapterArg,
+    #[arg(long, default_value = "auto", value_parser = adapter_parser())]
+    pub adapter: AdapterChoice,
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
     /// Keep generating through end-of-sequence ids.
@@ -109,6 +102,14 @@ pub struct GenerateArgs {
     pub threads: usize,
     #[command(flatten)]
     pub iree: IreeArgs,
+}
+
+/// `--adapter auto|none|speech|vision`, listed in `--help` and in the error for any other value
+/// as a `ValueEnum` would be.
+fn adapter_parser() -> impl clap::builder::TypedValueParser<Value = AdapterChoice> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(AdapterChoice::NAMES)
+        .map(|name| name.parse().expect("a listed name parses"))
 }
 
 /// The one JSON line `generate` prints (fields in this order).
@@ -138,13 +139,8 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
 
 pub fn run(args: GenerateArgs) -> Result<()> {
     let ck = open_checkpoint(&args.model)?;
-    let model = Phi4mm::load(&ck, args.threads);
-    let adapter = match args.adapter {
-        AdapterArg::Auto => AdapterChoice::Auto,
-        AdapterArg::None => AdapterChoice::Fixed(AdapterMode::None),
-        AdapterArg::Speech => AdapterChoice::Fixed(AdapterMode::Speech),
-        AdapterArg::Vision => AdapterChoice::Fixed(AdapterMode::Vision),
-    };
+    let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    let adapter = args.adapter;
     let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
         paths
             .iter()
@@ -190,13 +186,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         model.config.eos_token_ids.clone()
     };
     let iree = args.iree.settings();
-    let (prepared, out) = match backend::resolve(args.backend.kind(), &iree)
-        .map_err(anyhow::Error::msg)?
-    {
+    let (prepared, out) = match backend::resolve(args.backend.kind(), &iree)? {
         BackendKind::Iree => iree_generate(&ck, model, &iree, &input, args.max_new_tokens, &stop)?,
         _ => {
             let prepared = model.prepare(&input, args.max_new_tokens)?;
-            let out = model.generate(&prepared, args.max_new_tokens, &stop);
+            let out = greedy(
+                &HostBackend(model),
+                &prepared.embeds,
+                prepared.adapter,
+                args.max_new_tokens,
+                &stop,
+            );
             (prepared, out)
         }
     };
@@ -223,16 +223,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 #[cfg(feature = "iree")]
 fn iree_generate(
     ck: &Checkpoint,
-    model: Phi4mm,
+    model: Arc<Phi4mm>,
     settings: &IreeSettings,
     input: &PromptInput,
     max_new_tokens: usize,
     stop: &[u32],
-) -> Result<(PreparedPrompt, Generation)> {
-    let model = std::sync::Arc::new(model);
+) -> Result<(MergedPrompt, GreedyOutput)> {
     let iree = IreeBackend::load(ck, model.clone(), settings)?;
     let prepared = model.prepare_with(input, max_new_tokens, iree.encoders(), iree.context())?;
-    let out = backend::greedy(
+    let out = greedy(
         &iree,
         &prepared.embeds,
         prepared.adapter,
@@ -245,12 +244,12 @@ fn iree_generate(
 #[cfg(not(feature = "iree"))]
 fn iree_generate(
     _: &Checkpoint,
-    _: Phi4mm,
+    _: Arc<Phi4mm>,
     _: &IreeSettings,
     _: &PromptInput,
     _: usize,
     _: &[u32],
-) -> Result<(PreparedPrompt, Generation)> {
+) -> Result<(MergedPrompt, GreedyOutput)> {
     unreachable!("backend::resolve refuses iree without the feature")
 }
 

@@ -6,31 +6,41 @@ use std::sync::Arc;
 
 use crate::checkpoint::Checkpoint;
 use crate::config::{BackendKind, IreeSettings};
-use crate::model::{argmax, AdapterMode, Generation, Phi4mm};
-use crate::scheduler::{
-    Detokenize, HostBackend, MediaStage, Scheduler, SchedulerConfig, StepBackend, StepRow,
-};
+use crate::model::{HostBackend, MediaStage, Phi4mm};
+use crate::scheduler::{Detokenize, Scheduler, SchedulerConfig};
+use crate::step::StepBackend;
 
 /// A started backend: the scheduler driving its decoder and the media stage feeding it.
 pub struct Running {
     pub scheduler: Scheduler,
-    pub media: Arc<dyn MediaStage>,
+    pub media: MediaStage,
     /// `host` or `iree`.
     pub name: &'static str,
     /// Backend facts for stats (`/admin/status`): for IREE the device and the artifact cache.
     pub details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
 }
 
+/// Why a backend could not be chosen or started.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(
+        "backend \"iree\": this build of the phi4mm plugin has no IREE backend (build it with \
+         `--features iree`)"
+    )]
+    IreeNotBuilt,
+    #[error("cannot start the scheduler: {0}")]
+    Scheduler(std::io::Error),
+    #[cfg(feature = "iree")]
+    #[error(transparent)]
+    Iree(#[from] crate::iree::IreeError),
+}
+
 /// Resolves `auto` and refuses `iree` where this build cannot provide it.
-pub fn resolve(kind: BackendKind, iree: &IreeSettings) -> Result<BackendKind, String> {
+pub fn resolve(kind: BackendKind, iree: &IreeSettings) -> Result<BackendKind, BackendError> {
     match kind {
         BackendKind::Host => Ok(BackendKind::Host),
         BackendKind::Iree if cfg!(feature = "iree") => Ok(BackendKind::Iree),
-        BackendKind::Iree => Err(
-            "backend \"iree\": this build of the phi4mm plugin has no IREE backend (build it with \
-             `--features iree`)"
-                .into(),
-        ),
+        BackendKind::Iree => Err(BackendError::IreeNotBuilt),
         BackendKind::Auto => {
             #[cfg(feature = "iree")]
             {
@@ -53,88 +63,42 @@ pub fn start(
     model: Arc<Phi4mm>,
     config: SchedulerConfig,
     detok: Option<Detokenize>,
-) -> Result<Running, String> {
+) -> Result<Running, BackendError> {
     match resolve(kind, iree)? {
-        BackendKind::Iree => start_iree(iree, ck, model, config, detok),
+        #[cfg(feature = "iree")]
+        BackendKind::Iree => {
+            let backend = Arc::new(crate::iree::backend::IreeBackend::load(ck, model, iree)?);
+            let media = backend.media_stage();
+            let b = backend.clone();
+            let details = Arc::new(move || b.details());
+            run(backend, media, "iree", details, config, detok)
+        }
+        // Without the `iree` feature, `resolve` never answers `Iree`.
         _ => {
+            let _ = ck; // only the IREE backend reads the checkpoint; the host model has it
+
             let backend = Arc::new(HostBackend(model));
-            let scheduler = Scheduler::start(backend.clone(), config, detok)
-                .map_err(|e| format!("cannot start the scheduler: {e}"))?;
-            Ok(Running {
-                scheduler,
-                media: backend,
-                name: "host",
-                details: Arc::new(|| serde_json::json!({"backend": "host"})),
-            })
+            let media = backend.media_stage();
+            let details = Arc::new(|| serde_json::json!({"backend": "host"}));
+            run(backend, media, "host", details, config, detok)
         }
     }
 }
 
-#[cfg(feature = "iree")]
-fn start_iree(
-    iree: &IreeSettings,
-    ck: &Checkpoint,
-    model: Arc<Phi4mm>,
+/// Starts the scheduler's driver over `backend`.
+fn run<B: StepBackend>(
+    backend: Arc<B>,
+    media: MediaStage,
+    name: &'static str,
+    details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     config: SchedulerConfig,
     detok: Option<Detokenize>,
-) -> Result<Running, String> {
-    let backend = Arc::new(
-        crate::iree::backend::IreeBackend::load(ck, model, iree).map_err(|e| format!("{e:#}"))?,
-    );
-    let scheduler = Scheduler::start(backend.clone(), config, detok)
-        .map_err(|e| format!("cannot start the scheduler: {e}"))?;
-    let b = backend.clone();
+) -> Result<Running, BackendError> {
+    let scheduler = Scheduler::start(backend, config, detok).map_err(BackendError::Scheduler)?;
     Ok(Running {
         scheduler,
-        media: backend,
-        name: "iree",
-        details: Arc::new(move || b.details()),
+        media,
+        name,
+        details,
     })
-}
-
-#[cfg(not(feature = "iree"))]
-fn start_iree(
-    _: &IreeSettings,
-    _: &Checkpoint,
-    _: Arc<Phi4mm>,
-    _: SchedulerConfig,
-    _: Option<Detokenize>,
-) -> Result<Running, String> {
-    unreachable!("resolve() refuses iree without the feature")
-}
-
-/// Greedy decoding of one prepared prompt on any backend (a batch of one): prefill, then one
-/// token per step until `max_new_tokens` or a stop id.
-pub fn greedy<B: StepBackend>(
-    backend: &B,
-    embeds: &[f32],
-    adapter: AdapterMode,
-    max_new_tokens: usize,
-    stop_ids: &[u32],
-) -> Generation {
-    let mut state = backend.new_state();
-    let mut step = |e: &[f32]| {
-        backend
-            .step(&mut [StepRow {
-                state: &mut state,
-                embeds: e,
-                adapter,
-            }])
-            .remove(0)
-    };
-    let mut logits = step(embeds);
-    let logits_first = logits.clone();
-    let mut tokens = Vec::new();
-    while tokens.len() < max_new_tokens {
-        let next = argmax(&logits);
-        tokens.push(next);
-        if stop_ids.contains(&next) || tokens.len() == max_new_tokens {
-            break;
-        }
-        logits = step(&backend.embed(&[next]));
-    }
-    Generation {
-        tokens,
-        logits_first,
-    }
 }

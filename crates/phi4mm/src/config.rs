@@ -153,21 +153,34 @@ impl Phi4mmSettings {
     }
 
     /// Refuses values the plugin cannot serve with.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SettingsError> {
         if self.slots == 0 {
-            return Err("slots must be at least 1".into());
+            return Err(SettingsError::NoSlots);
         }
         if self.threads == Some(0) || self.media_threads == Some(0) {
-            return Err("threads and media_threads must be at least 1 when set".into());
+            return Err(SettingsError::NoThreads);
         }
         if self.prefill_chunk == 0 || self.default_max_tokens == 0 {
-            return Err("prefill_chunk and default_max_tokens must be at least 1".into());
+            return Err(SettingsError::NoChunkOrBudget);
         }
         if self.iree.prefill_chunk == 0 || self.iree.context == 0 {
-            return Err("iree.context and iree.prefill_chunk must be at least 1".into());
+            return Err(SettingsError::NoIreeShape);
         }
         Ok(())
     }
+}
+
+/// Settings that parse but that the plugin cannot serve with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("slots must be at least 1")]
+    NoSlots,
+    #[error("threads and media_threads must be at least 1 when set")]
+    NoThreads,
+    #[error("prefill_chunk and default_max_tokens must be at least 1")]
+    NoChunkOrBudget,
+    #[error("iree.context and iree.prefill_chunk must be at least 1")]
+    NoIreeShape,
 }
 
 #[cfg(test)]

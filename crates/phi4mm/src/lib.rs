@@ -5,10 +5,12 @@
 //! into tokens:
 //! - [`checkpoint`]: safetensors loading for both layouts, validated before any compute;
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections), the
-//!   numerical reference;
+//!   numerical reference, over the CPU [`kernels`];
 //! - `iree` (feature `iree`): the same model as IREE-compiled modules;
 //! - [`backend`]: choosing and starting one of the two;
+//! - [`step`]: the batched decoder step both backends implement, and greedy decoding over it;
 //! - [`scheduler`]: continuous batching with a per-row adapter, over either backend;
+//! - [`adapter`]: the per-row LoRA adapter and audio branch, and a request's choice of them;
 //! - [`sampling`]: temperature, top-k/top-p and log probabilities per row;
 //! - [`request`]: a validated request turned into model inputs;
 //! - [`plugin`], [`config`], [`options`]: the ABI surface, the instance settings, and the
@@ -16,14 +18,17 @@
 //!
 //! `ARCHITECTURE.md` at the repository root is the map.
 
+pub mod adapter;
 pub mod backend;
 pub mod checkpoint;
 pub mod config;
 #[cfg(feature = "iree")]
 pub mod iree;
+pub mod kernels;
 pub mod model;
 pub mod options;
 pub mod plugin;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;
+pub mod step;

@@ -3,37 +3,15 @@
 
 use serde::Deserialize;
 
-use crate::model::{AdapterChoice, AdapterMode};
-
-/// The LoRA a request runs with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdapterOption {
-    /// From the modality: text → none, audio only → speech, image(s) (+ audio) → vision.
-    #[default]
-    Auto,
-    None,
-    Speech,
-    Vision,
-}
-
-impl AdapterOption {
-    pub fn choice(self) -> AdapterChoice {
-        match self {
-            AdapterOption::Auto => AdapterChoice::Auto,
-            AdapterOption::None => AdapterChoice::Fixed(AdapterMode::None),
-            AdapterOption::Speech => AdapterChoice::Fixed(AdapterMode::Speech),
-            AdapterOption::Vision => AdapterChoice::Fixed(AdapterMode::Vision),
-        }
-    }
-}
+use crate::adapter::AdapterChoice;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestOptions {
-    /// Pins the adapter instead of choosing it from the modality.
+    /// `auto` (from the modality: text → none, audio only → speech, image(s) (+ audio) →
+    /// vision), or the adapter to pin.
     #[serde(default)]
-    pub adapter: AdapterOption,
+    pub adapter: AdapterChoice,
     /// The prompt as token ids, placeholders already expanded (one id per image or audio row),
     /// instead of the chat template over the messages' text. The messages then carry only their
     /// media, which bind to the placeholder runs in order, as `phi4mm generate --input-ids`.
@@ -45,39 +23,43 @@ impl RequestOptions {
     /// Parses the options object of a request (`None`: the client sent none).
     pub fn from_json(
         options: Option<serde_json::Map<String, serde_json::Value>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, OptionsError> {
         match options {
             None => Ok(Self::default()),
-            Some(map) => serde_json::from_value(serde_json::Value::Object(map))
-                .map_err(|e| format!("model_options: {e}")),
+            Some(map) => {
+                serde_json::from_value(serde_json::Value::Object(map)).map_err(OptionsError)
+            }
         }
     }
 }
 
+/// An options object with an unknown key or a bad value (serde names which).
+#[derive(Debug, thiserror::Error)]
+#[error("model_options: {0}")]
+pub struct OptionsError(serde_json::Error);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapter::AdapterMode;
 
-    fn parse(json: &str) -> Result<RequestOptions, String> {
+    fn parse(json: &str) -> Result<RequestOptions, OptionsError> {
         RequestOptions::from_json(Some(serde_json::from_str(json).unwrap()))
     }
 
     #[test]
     fn adapter_and_input_ids_parse_and_unknown_keys_are_refused() {
         assert_eq!(
-            RequestOptions::from_json(None),
-            Ok(RequestOptions::default())
+            RequestOptions::from_json(None).unwrap(),
+            RequestOptions::default()
         );
         let o = parse(r#"{"adapter": "speech", "input_ids": [1, 2, 3]}"#).unwrap();
-        assert_eq!(
-            o.adapter.choice(),
-            AdapterChoice::Fixed(AdapterMode::Speech)
-        );
+        assert_eq!(o.adapter, AdapterChoice::Fixed(AdapterMode::Speech));
         assert_eq!(o.input_ids, Some(vec![1, 2, 3]));
-        assert_eq!(parse("{}").unwrap().adapter.choice(), AdapterChoice::Auto);
-        let e = parse(r#"{"adaptor": "speech"}"#).unwrap_err();
+        assert_eq!(parse("{}").unwrap().adapter, AdapterChoice::Auto);
+        let e = parse(r#"{"adaptor": "speech"}"#).unwrap_err().to_string();
         assert!(e.contains("adaptor"), "{e}");
-        let e = parse(r#"{"adapter": "audio"}"#).unwrap_err();
+        let e = parse(r#"{"adapter": "audio"}"#).unwrap_err().to_string();
         assert!(e.contains("audio"), "{e}");
         assert!(parse(r#"{"input_ids": [-1]}"#).is_err());
         assert!(parse(r#"{"input_ids": "1 2"}"#).is_err());

@@ -16,12 +16,12 @@ use switchyard_plugin_api::{
 use crate::backend;
 use crate::checkpoint::Checkpoint;
 use crate::config::Phi4mmSettings;
-use crate::model::{Phi4mm, PromptInput};
+use crate::model::{MediaStage, Phi4mm, PromptInput};
 use crate::options::RequestOptions;
-use crate::request::{self, MediaOptions};
+use crate::request::{self, MediaOptions, RequestError};
 use crate::sampling::{Logprobs, SamplingConfig};
 use crate::scheduler::{
-    Detokenize, FinishReason, Generation, Job, MediaStage, Outcome, Refusal, RowError, RowSink,
+    Detokenize, FinishReason, GenerationParams, Job, Outcome, Refusal, RowError, RowSink,
     Scheduler, SchedulerConfig,
 };
 use frontend::prompt::{ContentPart, Message, Prompt, Role};
@@ -48,7 +48,7 @@ pub struct Phi4mmModel {
     settings: Phi4mmSettings,
     model: Arc<Phi4mm>,
     prompt: Arc<Prompt>,
-    media: Arc<dyn MediaStage>,
+    media: MediaStage,
     backend_name: &'static str,
     backend_details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     scheduler: Scheduler,
@@ -65,7 +65,9 @@ pub fn create_instance(
         )));
     }
     let mut settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
-    settings.validate().map_err(PluginError::invalid_settings)?;
+    settings
+        .validate()
+        .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
     settings.resolve_paths(|p| services.resolve_path(p));
     Phi4mmModel::load(settings, services.thread_budget as usize, &|m| {
         services.info(m)
@@ -108,7 +110,7 @@ impl Phi4mmModel {
             },
             Some(detok),
         )
-        .map_err(PluginError::invalid_settings)?;
+        .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
         log(&format!(
             "phi4mm loaded from {} on the {} backend: {} slots, {threads} decoder threads, {media_threads} media threads",
             dir.display(),
@@ -256,8 +258,8 @@ impl PromptSource {
         prompt: &Prompt,
         media: &MediaOptions,
         options: &RequestOptions,
-    ) -> Result<PromptInput, String> {
-        let adapter = options.adapter.choice();
+    ) -> Result<PromptInput, RequestError> {
+        let adapter = options.adapter;
         match self {
             PromptSource::Messages(messages) => {
                 request::from_messages(model, prompt, messages, media, adapter)
@@ -272,7 +274,6 @@ impl PromptSource {
                 request::from_ids(input_ids.clone(), &images, &audios, media, adapter)
             }
         }
-        .map_err(|e| e.to_string())
     }
 }
 
@@ -325,7 +326,7 @@ impl PluginModel for Phi4mmModel {
                 },
                 1,
             ),
-            generation: Generation::greedy(1),
+            generation: GenerationParams::greedy(1),
             sink: Box::new(WarmSink(tx)),
         };
         self.scheduler
@@ -348,8 +349,9 @@ impl PluginModel for Phi4mmModel {
         }
         let options = request
             .model_options_json()
-            .and_then(RequestOptions::from_json)
             .map_err(PluginError::invalid_request)?;
+        let options = RequestOptions::from_json(options)
+            .map_err(|e| PluginError::invalid_request(e.to_string()))?;
         let source = self.prompt_source(&request, &options)?;
         // Tokenizing here refuses malformed chats at admission and gives the queue its charge.
         let charged = source.charge(&self.prompt)?;
@@ -368,7 +370,7 @@ impl PluginModel for Phi4mmModel {
         let prepare = Box::new(move || {
             let input = source
                 .build(&model, &prompt, &media_options, &options)
-                .map_err(RowError::Invalid)?;
+                .map_err(|e| RowError::Invalid(e.to_string()))?;
             (media.prepare_fn(input, max_new_tokens))()
         });
         let s = &request.sampling;
@@ -376,7 +378,7 @@ impl PluginModel for Phi4mmModel {
             id: request.id,
             prompt_tokens: charged,
             prepare,
-            generation: Generation {
+            generation: GenerationParams {
                 sampling: SamplingConfig {
                     temperature: s.temperature,
                     top_k: s.top_k as usize,

@@ -2,7 +2,8 @@
 //! model's [`PromptInput`]: media preprocessed by the front end, placeholders bound in order and
 //! expanded to each medium's token count. Used by `phi4mm generate` and by the plugin.
 
-use crate::model::{AdapterChoice, AudioInput, ImageInput, PromptInput};
+use crate::adapter::AdapterChoice;
+use crate::model::{AudioInput, ImageInput, PromptInput};
 use frontend::audio::{features_from_bytes, AudioError, AudioOptions, ResampleMode};
 use frontend::image::{preprocess, ImageError, ImageOptions};
 use frontend::limits::{LimitError, Limits};

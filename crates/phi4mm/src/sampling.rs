@@ -3,7 +3,16 @@
 //! Every row owns its own [`Sampler`] (and so its own random state): a row's tokens never depend
 //! on which other rows share its batch, and a reused slot starts from a fresh sampler.
 
-use crate::model::argmax;
+/// Index of the largest logit (first one on ties, like `torch.argmax`).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
 
 /// How one request picks its tokens.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,18 +44,24 @@ impl SamplingConfig {
     }
 
     /// Refuses values a sampler cannot honour (checked at admission).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SamplingError> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return Err(format!(
-                "temperature must be finite and ≥ 0, got {}",
-                self.temperature
-            ));
+            return Err(SamplingError::Temperature(self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+            return Err(SamplingError::TopP(self.top_p));
         }
         Ok(())
     }
+}
+
+/// A sampling setting no sampler can honour.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SamplingError {
+    #[error("temperature must be finite and ≥ 0, got {0}")]
+    Temperature(f32),
+    #[error("top_p must be in (0, 1], got {0}")]
+    TopP(f32),
 }
 
 /// Log probabilities at one step: the sampled token's and the `k` most likely tokens', best first

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::error::{CheckpointError, Result};
+use super::layout::LoraAdapter;
 
 /// LongRoPE parameters (partial rotary, two factor sets and the magnitude factor).
 #[derive(Clone, Debug, PartialEq)]
@@ -101,6 +102,16 @@ impl AudioConfig {
     pub fn subsampling_stages(&self) -> usize {
         self.time_reduction.trailing_zeros() as usize
     }
+
+    /// Encoder rows a clip of `frames` feature frames produces: each stride-2 stage halves the
+    /// length, rounding up (`ceil(frames / 8)` officially).
+    pub fn token_count(&self, frames: usize) -> usize {
+        let mut t = frames;
+        for _ in 0..self.subsampling_stages() {
+            t = t.div_ceil(2);
+        }
+        t
+    }
 }
 
 /// One LoRA adapter's hyper-parameters.
@@ -129,6 +140,16 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     pub image_token_id: u32,
     pub audio_token_id: u32,
+}
+
+impl ModelConfig {
+    /// The LoRA settings of `adapter`, when the checkpoint has it.
+    pub fn lora(&self, adapter: LoraAdapter) -> Option<LoraConfig> {
+        match adapter {
+            LoraAdapter::Speech => self.speech_lora,
+            LoraAdapter::Vision => self.vision_lora,
+        }
+    }
 }
 
 pub(crate) fn read_json(path: &Path) -> Result<Value> {

@@ -10,31 +10,35 @@ pub const LORA_TARGETS: [&str; 4] = [
     "mlp.down_proj",
 ];
 
-/// Which LoRA adapter a tensor belongs to.
+/// One of the checkpoint's two LoRA adapters: what a LoRA tensor belongs to, and where the
+/// transformers layout keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AdapterName {
+pub enum LoraAdapter {
     Speech,
     Vision,
 }
 
-impl AdapterName {
+impl LoraAdapter {
+    pub const ALL: [LoraAdapter; 2] = [LoraAdapter::Speech, LoraAdapter::Vision];
+
+    /// The adapter's segment in canonical tensor names.
     pub fn as_str(self) -> &'static str {
         match self {
-            AdapterName::Speech => "speech",
-            AdapterName::Vision => "vision",
+            LoraAdapter::Speech => "speech",
+            LoraAdapter::Vision => "vision",
         }
     }
 
     pub fn folder(self) -> &'static str {
         match self {
-            AdapterName::Speech => "speech-lora",
-            AdapterName::Vision => "vision-lora",
+            LoraAdapter::Speech => "speech-lora",
+            LoraAdapter::Vision => "vision-lora",
         }
     }
 }
 
 /// Canonical name of a LoRA tensor.
-pub fn lora_name(layer: usize, module: &str, ab: char, adapter: AdapterName) -> String {
+pub fn lora_name(layer: usize, module: &str, ab: char, adapter: LoraAdapter) -> String {
     format!(
         "model.layers.{layer}.{module}.lora_{ab}.{}.weight",
         adapter.as_str()
@@ -82,7 +86,7 @@ pub fn canonical_from_original(name: &str) -> String {
 /// A key of a PEFT adapter file (either peft's `base_model.model.`-prefixed form or the
 /// converter's bare form, with or without an adapter-name segment) → canonical name. `None` when the
 /// key is not a `lora_A`/`lora_B` weight.
-pub fn canonical_from_adapter_file(key: &str, adapter: AdapterName) -> Option<String> {
+pub fn canonical_from_adapter_file(key: &str, adapter: LoraAdapter) -> Option<String> {
     let key = key.strip_prefix("base_model.model.").unwrap_or(key);
     let key = key.strip_suffix(".weight")?;
     for ab in ['A', 'B'] {
@@ -103,7 +107,7 @@ pub fn canonical_from_adapter_file(key: &str, adapter: AdapterName) -> Option<St
 }
 
 /// Parsed canonical LoRA name: (layer, module, A or B, adapter).
-pub fn parse_lora_name(name: &str) -> Option<(Option<usize>, String, char, Option<AdapterName>)> {
+pub fn parse_lora_name(name: &str) -> Option<(Option<usize>, String, char, Option<LoraAdapter>)> {
     let stem = name.strip_suffix(".weight")?;
     let (module_path, rest) = if let Some(p) = stem.find(".lora_A.") {
         (&stem[..p], ('A', &stem[p + 8..]))
@@ -113,8 +117,8 @@ pub fn parse_lora_name(name: &str) -> Option<(Option<usize>, String, char, Optio
         return None;
     };
     let adapter = match rest.1 {
-        "speech" => Some(AdapterName::Speech),
-        "vision" => Some(AdapterName::Vision),
+        "speech" => Some(LoraAdapter::Speech),
+        "vision" => Some(LoraAdapter::Vision),
         _ => None,
     };
     let layer = module_path

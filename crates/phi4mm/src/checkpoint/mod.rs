@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 pub use config::{AudioConfig, Layout, LoraConfig, ModelConfig, TextConfig, VisionConfig};
 pub use error::{CheckpointError, Result};
-pub use layout::AdapterName;
+pub use layout::LoraAdapter;
 pub use store::{DType, TensorView, WeightData};
 
 /// A validated checkpoint: its config and every tensor under its canonical name.
@@ -81,7 +81,7 @@ impl Checkpoint {
             };
             insert(canonical, view, name)?;
         }
-        for adapter in [AdapterName::Speech, AdapterName::Vision] {
+        for adapter in LoraAdapter::ALL {
             let path = dir.join(adapter.folder()).join("adapter_model.safetensors");
             if !path.exists() {
                 continue;
@@ -126,7 +126,7 @@ impl Checkpoint {
         &self,
         layer: usize,
         module: &str,
-        adapter: AdapterName,
+        adapter: LoraAdapter,
     ) -> Option<(&TensorView, &TensorView)> {
         let a = self
             .tensors

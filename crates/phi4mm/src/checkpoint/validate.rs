@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::config::ModelConfig;
 use super::error::{CheckpointError, Result};
-use super::layout::{self, AdapterName, LORA_TARGETS};
+use super::layout::{self, LoraAdapter, LORA_TARGETS};
 use super::schema::{self, Need};
 use super::store::TensorView;
 use super::Progress;
@@ -66,7 +66,7 @@ pub fn validate(
                 source_file: source(name),
             });
         };
-        let Some(cfg) = lora_config(c, adapter) else {
+        let Some(cfg) = c.lora(adapter) else {
             return Err(CheckpointError::UnexpectedTensor {
                 tensor: format!("{name} (no {} adapter config)", adapter.as_str()),
                 source_file: source(name),
@@ -116,8 +116,8 @@ pub fn validate(
             });
         }
     }
-    for adapter in [AdapterName::Speech, AdapterName::Vision] {
-        if lora_config(c, adapter).is_none() {
+    for adapter in LoraAdapter::ALL {
+        if c.lora(adapter).is_none() {
             continue;
         }
         for layer in 0..c.text.num_layers {
@@ -155,11 +155,4 @@ pub fn validate(
         });
     }
     Ok(())
-}
-
-fn lora_config(c: &ModelConfig, adapter: AdapterName) -> Option<super::config::LoraConfig> {
-    match adapter {
-        AdapterName::Speech => c.speech_lora,
-        AdapterName::Vision => c.vision_lora,
-    }
 }

@@ -2,14 +2,15 @@
 //! its own runtime thread. The host side only cuts the clip into subsampler chunks and attention
 //! windows and stitches the rows back together; every number is computed by the module.
 
-use anyhow::{anyhow, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
+use crate::adapter::AudioBranch;
 use crate::checkpoint::{AudioConfig, Checkpoint};
-use crate::model::{AudioBranch, AudioEncoding};
+use crate::model::AudioEncoding;
 
-use super::context::{IreeContext, IreeResult};
+use super::context::IreeContext;
 use super::emit::audio::{emit, window_buckets, SUB_ROWS};
+use super::error::{IreeError, IreeResult, Result};
 use super::worker::Worker;
 
 struct AudioRt {
@@ -39,7 +40,10 @@ fn i32_view(rt: &Runtime, shape: &[usize], data: &[i32]) -> Result<BufferView<i3
 fn read(out: &mut std::vec::IntoIter<Value>, what: &str) -> Result<Vec<f32>> {
     let v: BufferView<f32> = out
         .next()
-        .ok_or_else(|| anyhow!("{what}: missing result"))?
+        .ok_or_else(|| IreeError::Runtime {
+            what: what.to_string(),
+            message: "missing result".into(),
+        })?
         .try_into()
         .iree(what)?;
     v.read().iree(what)
@@ -71,22 +75,18 @@ impl IreeAudio {
         let names = buckets.clone();
         let worker = Worker::spawn("phi4mm-iree-audio", move || -> Result<AudioRt> {
             let runtime = IreeContext::runtime(&device)?;
-            let program = runtime
-                .load_vmfb(&bytes)
-                .map_err(|e| anyhow!("loading the audio module: {e}"))?;
+            let program = runtime.load_vmfb(&bytes).iree("loading the audio module")?;
             let func = |name: &str| {
                 program
                     .function(&format!("audio.{name}"))
-                    .map_err(|e| anyhow!("audio.{name}: {e}"))
+                    .iree(&format!("audio.{name}"))
             };
             let subsample = func("subsample")?;
             let windows = names
                 .iter()
                 .map(|&w| Ok((w, func(&format!("window_w{w}"))?)))
                 .collect::<Result<Vec<_>>>()?;
-            let weights = weights
-                .upload(&runtime)
-                .map_err(|e| anyhow!("uploading audio weights: {e}"))?;
+            let weights = weights.upload(&runtime).iree("uploading audio weights")?;
             Ok(AudioRt {
                 runtime,
                 _program: program,
@@ -105,11 +105,7 @@ impl IreeAudio {
 
     /// Encoder rows of a clip of `frames` feature frames (as the host encoder).
     pub fn token_count(&self, frames: usize) -> usize {
-        let mut t = frames;
-        for _ in 0..self.config.subsampling_stages() {
-            t = t.div_ceil(2);
-        }
-        t
+        self.config.token_count(frames)
     }
 
     /// Encodes one clip of log-mel features `[frames, input_size]` and projects it with `branch`;
@@ -122,11 +118,13 @@ impl IreeAudio {
     ) -> Result<AudioEncoding> {
         let c = &self.config;
         let fin = c.input_size;
-        anyhow::ensure!(
-            frames >= 1 && features.len() == frames * fin,
-            "audio features shape: {} values for {frames} frames of {fin}",
-            features.len()
-        );
+        if frames == 0 || features.len() != frames * fin {
+            return Err(IreeError::AudioShape {
+                values: features.len(),
+                frames,
+                width: fin,
+            });
+        }
         let d = c.hidden_size;
         let t = self.token_count(frames);
         let rows = self.subsample(features, frames, t)?;
@@ -170,7 +168,7 @@ impl IreeAudio {
                     .1;
                 let mut out = func
                     .invoke(args)
-                    .map_err(|e| anyhow!("audio.window_w{wlen}: {e}"))?
+                    .iree(&format!("audio.window_w{wlen}"))?
                     .into_iter();
                 Ok((
                     read(&mut out, "audio encoder output")?,
@@ -230,7 +228,7 @@ impl IreeAudio {
                 let mut out = rt
                     .subsample
                     .invoke(args)
-                    .map_err(|e| anyhow!("audio.subsample: {e}"))?
+                    .iree("audio.subsample")?
                     .into_iter();
                 read(&mut out, "audio subsampler output")
             })?;

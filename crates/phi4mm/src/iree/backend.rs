@@ -5,20 +5,20 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
-
+use crate::adapter::AudioBranch;
 use crate::checkpoint::Checkpoint;
 use crate::config::IreeSettings;
 use crate::model::{
-    AudioBranch, AudioEncoding, ImageEncoding, ImageInput, MediaEncoders, Phi4mm, PromptInput,
+    AudioEncoding, EncoderError, ImageEncoding, ImageInput, MediaEncoders, MediaStage, Phi4mm,
 };
-use crate::scheduler::{MediaStage, PrepareFn, Prepared, RowError, StepBackend, StepRow};
+use crate::step::{StepBackend, StepRow};
 use artifact_cache::ArtifactCache;
 
 use super::audio::IreeAudio;
 use super::compiler::IreeCompiler;
 use super::context::IreeContext;
 use super::decoder::{IreeDecoder, IreeSequence};
+use super::error::{IreeError, Result};
 use super::vision::IreeVision;
 
 pub struct IreeBackend {
@@ -35,8 +35,8 @@ pub struct IreeEncoders {
 }
 
 impl MediaEncoders for IreeEncoders {
-    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String> {
-        self.vision.encode(image).map_err(|e| format!("{e:#}"))
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, EncoderError> {
+        Ok(self.vision.encode(image)?)
     }
 
     fn encode_audio(
@@ -44,10 +44,8 @@ impl MediaEncoders for IreeEncoders {
         features: &[f32],
         frames: usize,
         branch: AudioBranch,
-    ) -> Result<AudioEncoding, String> {
-        self.audio
-            .encode(features, frames, branch)
-            .map_err(|e| format!("{e:#}"))
+    ) -> Result<AudioEncoding, EncoderError> {
+        Ok(self.audio.encode(features, frames, branch)?)
     }
 }
 
@@ -59,10 +57,12 @@ impl IreeBackend {
             .clone()
             .unwrap_or_else(ArtifactCache::default_dir);
         let cache = ArtifactCache::open(&dir)
-            .with_context(|| format!("IREE artifact cache {}", dir.display()))?
+            .map_err(|cause| IreeError::CacheDir {
+                dir: dir.clone(),
+                cause,
+            })?
             .with_progress(super::progress::terminal());
-        let compiler = IreeCompiler::new(settings.compiler.as_deref(), &settings.target_cpu)
-            .map_err(anyhow::Error::msg)?;
+        let compiler = IreeCompiler::new(settings.compiler.as_deref(), &settings.target_cpu)?;
         let ctx = Arc::new(IreeContext::new(
             Arc::new(cache),
             compiler,
@@ -88,6 +88,12 @@ impl IreeBackend {
 
     pub fn encoders(&self) -> &IreeEncoders {
         &self.encoders
+    }
+
+    /// Validation and the placeholder merge on the host model, the encoders on IREE, within the
+    /// compiled decoder's context.
+    pub fn media_stage(&self) -> MediaStage {
+        MediaStage::new(self.host.clone(), self.encoders.clone(), self.context())
     }
 
     /// Longest prompt + new tokens a row can hold.
@@ -125,24 +131,5 @@ impl StepBackend for IreeBackend {
 
     fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {
         self.decoder.step(rows)
-    }
-}
-
-impl MediaStage for IreeBackend {
-    fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn {
-        let host = self.host.clone();
-        let encoders = self.encoders.clone();
-        let context = self.decoder.context();
-        Box::new(move || {
-            let p = host
-                .prepare_with(&input, max_new_tokens, &*encoders, context)
-                .map_err(|e| RowError::Invalid(e.to_string()))?;
-            Ok(Prepared {
-                prompt_tokens: p.len,
-                embeds: p.embeds,
-                adapter: p.adapter,
-                audio_branch: (!input.audios.is_empty()).then_some(p.audio_branch),
-            })
-        })
     }
 }

@@ -5,6 +5,8 @@
 //! an [`IreeCompiler`] value is that handle plus a target setting, cheap to create in any number.
 
 use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIdentity};
+
+use super::error::{IreeError, Result};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -52,21 +54,23 @@ impl IreeCompiler {
     /// Loads (once per process) the compiler library: `library` if given, else
     /// `$PHI4MM_IREE_COMPILER`, else eerie's discovery through the active Python's
     /// iree-base-compiler. Asking for a different library after one is loaded is an error.
-    pub fn library(library: Option<&Path>) -> Result<&'static CompilerLibrary, String> {
+    pub fn library(library: Option<&Path>) -> Result<&'static CompilerLibrary> {
         let requested = locate(library);
         let _guard = LOADING.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(loaded) = LIBRARY.get() {
             if let Some(req) = &requested {
                 let req = req
                     .canonicalize()
-                    .map_err(|e| format!("IREE compiler library {}: {e}", req.display()))?;
+                    .map_err(|cause| IreeError::CompilerPath {
+                        path: req.clone(),
+                        cause,
+                    })?;
                 let loaded_path = loaded.path.canonicalize().unwrap_or(loaded.path.clone());
                 if req != loaded_path {
-                    return Err(format!(
-                        "IREE compiler {} is already loaded in this process; cannot also load {}",
-                        loaded.path.display(),
-                        req.display()
-                    ));
+                    return Err(IreeError::CompilerAlreadyLoaded {
+                        loaded: loaded.path.clone(),
+                        requested: req,
+                    });
                 }
             }
             return Ok(loaded);
@@ -75,10 +79,10 @@ impl IreeCompiler {
             Some(p) => eerie::compiler::Compiler::with_library(p),
             None => eerie::compiler::Compiler::new(),
         }
-        .map_err(|e| format!("loading the IREE compiler: {e}"))?;
+        .map_err(|e| IreeError::CompilerLoad(e.to_string()))?;
         let version = compiler
             .get_revision()
-            .map_err(|e| format!("IREE compiler revision: {e}"))?;
+            .map_err(|e| IreeError::CompilerRevision(e.to_string()))?;
         let path = compiler.library_path().to_owned();
         Ok(LIBRARY.get_or_init(|| CompilerLibrary {
             compiler,
@@ -89,7 +93,7 @@ impl IreeCompiler {
 
     /// A compiler for the local llvm-cpu backend and `target_cpu` (`host`, `generic`, or an
     /// LLVM CPU name such as `znver4`).
-    pub fn new(library: Option<&Path>, target_cpu: &str) -> Result<Self, String> {
+    pub fn new(library: Option<&Path>, target_cpu: &str) -> Result<Self> {
         let library = Self::library(library)?;
         Ok(IreeCompiler {
             library,
@@ -128,10 +132,10 @@ impl IreeCompiler {
     }
 
     /// Compiles MLIR text to a VM flatbuffer module.
-    pub fn compile(&self, mlir: &str) -> Result<Vec<u8>, String> {
+    pub fn compile(&self, mlir: &str) -> Result<Vec<u8>> {
         self.library
             .compiler
             .compile_str(mlir, &self.flags)
-            .map_err(|e| e.to_string())
+            .map_err(|e| IreeError::Compile(e.to_string()))
     }
 }

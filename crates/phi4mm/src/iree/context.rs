@@ -5,12 +5,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use anyhow::{Context as _, Result};
 use eerie::runtime::{DeviceSpec, Runtime};
 
 use artifact_cache::{ArtifactCache, CompilerIdentity, ModuleRequest};
 
 use super::compiler::IreeCompiler;
+use super::error::{IreeError, Result};
 use super::weights::Weights;
 
 pub struct IreeContext {
@@ -61,8 +61,13 @@ impl IreeContext {
         let t = Instant::now();
         let loaded = self
             .cache
-            .load_or_compile(&req, &self.identity, |src| self.compiler.compile(src))
-            .with_context(|| format!("IREE module `{entry}`"))?;
+            .load_or_compile(&req, &self.identity, |src| {
+                self.compiler.compile(src).map_err(|e| e.to_string())
+            })
+            .map_err(|cause| IreeError::Module {
+                entry: entry.to_string(),
+                cause,
+            })?;
         self.modules
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -85,18 +90,9 @@ impl IreeContext {
 
     /// A runtime on this context's device (call on the thread that will own it).
     pub fn runtime(device: &str) -> Result<Runtime> {
-        Runtime::new(DeviceSpec::custom(device.to_string()))
-            .map_err(|e| anyhow::anyhow!("IREE device `{device}`: {e}"))
-    }
-}
-
-/// eerie's errors hold raw IREE status pointers (not `Send`); this turns them into messages.
-pub trait IreeResult<T> {
-    fn iree(self, what: &str) -> Result<T>;
-}
-
-impl<T> IreeResult<T> for std::result::Result<T, eerie::runtime::RuntimeError> {
-    fn iree(self, what: &str) -> Result<T> {
-        self.map_err(|e| anyhow::anyhow!("{what}: {e}"))
+        Runtime::new(DeviceSpec::custom(device.to_string())).map_err(|e| IreeError::Device {
+            device: device.to_string(),
+            message: e.to_string(),
+        })
     }
 }

@@ -10,17 +10,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use anyhow::{anyhow, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
+use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
 use crate::model::decoder::embed_tokens;
-use crate::model::rope::Rope;
-use crate::model::{AdapterMode, RopeMode};
-use crate::scheduler::{StepBackend, StepRow};
+use crate::model::rope::{Rope, RopeState};
+use crate::step::{StepBackend, StepRow};
 
-use super::context::{IreeContext, IreeResult};
+use super::context::IreeContext;
 use super::emit::decoder::{emit, DecoderShape};
+use super::error::{IreeResult, Result};
 use super::worker::Worker;
 
 /// Decode batch sizes compiled into the module.
@@ -78,23 +78,20 @@ pub struct IreeDecoder {
     next_id: AtomicU64,
 }
 
-/// One row's decoder state: its position and RoPE mode here, its KV cache on the device.
+/// One row's decoder state: its position and RoPE state here, its KV cache on the device.
 pub struct IreeSequence {
     id: u64,
-    len: usize,
-    mode: RopeMode,
-    /// Inputs of every cached position while short-factor (see `SequenceState::history`).
-    history: Vec<f32>,
+    rope: RopeState,
     worker: Arc<Worker<DecoderRt>>,
 }
 
 impl IreeSequence {
     pub fn len(&self) -> usize {
-        self.len
+        self.rope.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.rope.len == 0
     }
 }
 
@@ -156,20 +153,18 @@ impl IreeDecoder {
             let runtime = IreeContext::runtime(&device)?;
             let program = runtime
                 .load_vmfb(&bytes)
-                .map_err(|e| anyhow!("loading the decoder module: {e}"))?;
+                .iree("loading the decoder module")?;
             let func = |name: &str| {
                 program
                     .function(&format!("decoder.{name}"))
-                    .map_err(|e| anyhow!("decoder.{name}: {e}"))
+                    .iree(&format!("decoder.{name}"))
             };
             let prefill = func("prefill")?;
             let decode = DECODE_BATCHES
                 .iter()
                 .map(|&b| Ok((b, func(&format!("decode_b{b}"))?)))
                 .collect::<Result<Vec<_>>>()?;
-            let weights = weights
-                .upload(&runtime)
-                .map_err(|e| anyhow!("uploading decoder weights: {e}"))?;
+            let weights = weights.upload(&runtime).iree("uploading decoder weights")?;
             Ok(DecoderRt {
                 _runtime: runtime,
                 _program: program,
@@ -203,9 +198,9 @@ impl IreeDecoder {
         let chunk = self.shape.chunk;
         let n = input.len() / h;
         assert!(
-            st.len + n <= self.context(),
+            st.rope.len + n <= self.context(),
             "row of {} positions exceeds the IREE decoder's context of {} (checked at admission)",
-            st.len + n,
+            st.rope.len + n,
             self.context()
         );
         let mut logits = Vec::new();
@@ -214,9 +209,9 @@ impl IreeDecoder {
             let m = chunk.min(n - t0);
             let mut x = vec![0.0; chunk * h];
             x[..m * h].copy_from_slice(&input[t0 * h..(t0 + m) * h]);
-            let (cos, sin) = self.rope.cos_sin(st.len, chunk, st.mode);
+            let (cos, sin) = self.rope.cos_sin(st.rope.len, chunk, st.rope.mode);
             let masks = adapter_masks(std::iter::repeat_n(adapter, chunk));
-            let (id, pos0) = (st.id, st.len);
+            let (id, pos0) = (st.id, st.rope.len);
             let half = self.config.rotary_dim / 2;
             logits = self
                 .worker
@@ -232,11 +227,7 @@ impl IreeDecoder {
                     args.push(f32_view(r, &[chunk, 2], &masks)?.into());
                     args.push(k.into());
                     args.push(v.into());
-                    let mut out = rt
-                        .prefill
-                        .invoke(args)
-                        .map_err(|e| anyhow!("decoder.prefill: {e}"))?
-                        .into_iter();
+                    let mut out = rt.prefill.invoke(args).iree("decoder.prefill")?.into_iter();
                     let logits: BufferView<f32> =
                         out.next().unwrap().try_into().iree("decoder result")?;
                     let k: BufferView<f32> =
@@ -247,7 +238,7 @@ impl IreeDecoder {
                     logits.read().iree("reading logits")
                 })
                 .unwrap_or_else(|e| panic!("IREE prefill failed: {e:#}"));
-            st.len += m;
+            st.rope.len += m;
             t0 += m;
         }
         logits
@@ -270,12 +261,12 @@ impl IreeDecoder {
         let mut ids = Vec::with_capacity(n);
         for (i, (st, e, a)) in rows.iter().enumerate() {
             assert!(
-                st.len < self.context(),
+                st.rope.len < self.context(),
                 "row exceeds the IREE decoder's context (checked at admission)"
             );
             x[i * h..(i + 1) * h].copy_from_slice(e);
-            pos[i] = st.len as i32;
-            let (c, s) = self.rope.cos_sin(st.len, 1, st.mode);
+            pos[i] = st.rope.len as i32;
+            let (c, s) = self.rope.cos_sin(st.rope.len, 1, st.rope.mode);
             cos[i * half..(i + 1) * half].copy_from_slice(&c);
             sin[i * half..(i + 1) * half].copy_from_slice(&s);
             modes[i] = *a;
@@ -306,7 +297,7 @@ impl IreeDecoder {
                 let func = &rt.decode.iter().find(|(bb, _)| *bb == b).unwrap().1;
                 let mut out = func
                     .invoke(args)
-                    .map_err(|e| anyhow!("decoder.decode_b{b}: {e}"))?
+                    .iree(&format!("decoder.decode_b{b}"))?
                     .into_iter();
                 let logits: BufferView<f32> =
                     out.next().unwrap().try_into().iree("decoder result")?;
@@ -328,7 +319,7 @@ impl IreeDecoder {
         let vocab = self.config.vocab_size;
         let mut out = Vec::with_capacity(n);
         for (i, (st, _, _)) in rows.into_iter().enumerate() {
-            st.len += 1;
+            st.rope.len += 1;
             out.push(logits[i * vocab..(i + 1) * vocab].to_vec());
         }
         out
@@ -341,9 +332,7 @@ impl StepBackend for IreeDecoder {
     fn new_state(&self) -> IreeSequence {
         IreeSequence {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            len: 0,
-            mode: RopeMode::Short,
-            history: Vec::new(),
+            rope: RopeState::default(),
             worker: self.worker.clone(),
         }
     }
@@ -354,33 +343,14 @@ impl StepBackend for IreeDecoder {
 
     fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {
         let h = self.config.hidden_size;
-        let long_capable = self.config.longrope.is_some();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); rows.len()];
         let mut singles = Vec::new();
         for (i, row) in rows.iter_mut().enumerate() {
-            assert!(
-                !row.embeds.is_empty() && row.embeds.len() % h == 0,
-                "row embeddings shape"
-            );
-            let n = row.embeds.len() / h;
+            let n = row.tokens(h);
             let st = &mut *row.state;
-            // Same LongRoPE rule as the host backend: the first time a row crosses the original
-            // context with a short-factor cache, its whole history is re-encoded with the long
-            // factors (the stale device cache is simply overwritten from position 0).
-            let mode = self.rope.mode_for(st.len + n);
-            let input = if mode == RopeMode::Long && st.mode == RopeMode::Short {
-                let mut full = std::mem::take(&mut st.history);
-                full.extend_from_slice(row.embeds);
-                st.len = 0;
-                st.mode = RopeMode::Long;
-                full
-            } else {
-                st.mode = mode;
-                if mode == RopeMode::Short && long_capable {
-                    st.history.extend_from_slice(row.embeds);
-                }
-                row.embeds.to_vec()
-            };
+            // A re-encode needs no cache reset here: the stale device cache is overwritten from
+            // position 0, and keys past a row's position are masked.
+            let input = st.rope.plan(&self.rope, row.embeds, n).embeds().to_vec();
             if input.len() == h {
                 singles.push((i, input));
             } else {

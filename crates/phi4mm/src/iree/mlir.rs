@@ -33,25 +33,25 @@ impl DType {
 
 /// A static tensor type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Ty {
+pub struct TensorType {
     pub shape: Vec<usize>,
     pub dtype: DType,
 }
 
-impl Ty {
+impl TensorType {
     pub fn new(shape: &[usize], dtype: DType) -> Self {
-        Ty {
+        TensorType {
             shape: shape.to_vec(),
             dtype,
         }
     }
 
     pub fn f32(shape: &[usize]) -> Self {
-        Ty::new(shape, DType::F32)
+        TensorType::new(shape, DType::F32)
     }
 
     pub fn i32(shape: &[usize]) -> Self {
-        Ty::new(shape, DType::I32)
+        TensorType::new(shape, DType::I32)
     }
 
     pub fn rank(&self) -> usize {
@@ -62,12 +62,12 @@ impl Ty {
         self.shape.iter().product()
     }
 
-    fn with_dtype(&self, dtype: DType) -> Ty {
-        Ty::new(&self.shape, dtype)
+    fn with_dtype(&self, dtype: DType) -> TensorType {
+        TensorType::new(&self.shape, dtype)
     }
 }
 
-impl std::fmt::Display for Ty {
+impl std::fmt::Display for TensorType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("tensor<")?;
         for d in &self.shape {
@@ -79,12 +79,12 @@ impl std::fmt::Display for Ty {
 
 /// An SSA value of a function under construction.
 #[derive(Clone, Debug)]
-pub struct V {
+pub struct Value {
     name: String,
-    pub ty: Ty,
+    pub ty: TensorType,
 }
 
-impl V {
+impl Value {
     pub fn shape(&self) -> &[usize] {
         &self.ty.shape
     }
@@ -111,7 +111,7 @@ fn arr(xs: &[usize]) -> String {
 
 /// Elementwise binary ops.
 #[derive(Clone, Copy)]
-pub enum Bin {
+pub enum BinaryOp {
     Add,
     Sub,
     Mul,
@@ -124,7 +124,7 @@ pub enum Bin {
 
 /// Elementwise unary ops.
 #[derive(Clone, Copy)]
-pub enum Un {
+pub enum UnaryOp {
     Exp,
     Log,
     Rsqrt,
@@ -138,7 +138,7 @@ pub enum Un {
 
 /// Comparison directions.
 #[derive(Clone, Copy)]
-pub enum Cmp {
+pub enum Comparison {
     Eq,
     Ne,
     Lt,
@@ -156,10 +156,10 @@ pub enum Reduce {
 /// One `func.func` being built.
 pub struct Func {
     name: String,
-    args: Vec<V>,
+    args: Vec<Value>,
     body: String,
     next: usize,
-    results: Vec<V>,
+    results: Vec<Value>,
 }
 
 impl Func {
@@ -174,8 +174,8 @@ impl Func {
     }
 
     /// Declares the next function argument.
-    pub fn arg(&mut self, ty: Ty) -> V {
-        let v = V {
+    pub fn arg(&mut self, ty: TensorType) -> Value {
+        let v = Value {
             name: format!("%arg{}", self.args.len()),
             ty,
         };
@@ -183,12 +183,12 @@ impl Func {
         v
     }
 
-    pub fn ret(&mut self, results: Vec<V>) {
+    pub fn ret(&mut self, results: Vec<Value>) {
         self.results = results;
     }
 
-    fn fresh(&mut self, ty: Ty) -> V {
-        let v = V {
+    fn fresh(&mut self, ty: TensorType) -> Value {
+        let v = Value {
             name: format!("%{}", self.next),
             ty,
         };
@@ -197,7 +197,7 @@ impl Func {
     }
 
     /// Emits `%r = "op"(operands) {attrs} : (types) -> type`.
-    fn op(&mut self, op: &str, operands: &[&V], attrs: &str, out: Ty) -> V {
+    fn op(&mut self, op: &str, operands: &[&Value], attrs: &str, out: TensorType) -> Value {
         let r = self.fresh(out);
         let names: Vec<&str> = operands.iter().map(|v| v.name.as_str()).collect();
         let tys: Vec<String> = operands.iter().map(|v| v.ty.to_string()).collect();
@@ -221,22 +221,22 @@ impl Func {
     // ----- constants and shapes -------------------------------------------------------------
 
     /// A tensor filled with one f32 value.
-    pub fn splat(&mut self, value: f32, shape: &[usize]) -> V {
-        let ty = Ty::f32(shape);
+    pub fn splat(&mut self, value: f32, shape: &[usize]) -> Value {
+        let ty = TensorType::f32(shape);
         // Hex bit pattern: exact, and covers infinities.
         let attrs = format!("value = dense<0x{:08X}> : {ty}", value.to_bits());
         self.constant(&attrs, ty)
     }
 
-    pub fn splat_i32(&mut self, value: i32, shape: &[usize]) -> V {
-        let ty = Ty::i32(shape);
+    pub fn splat_i32(&mut self, value: i32, shape: &[usize]) -> Value {
+        let ty = TensorType::i32(shape);
         let attrs = format!("value = dense<{value}> : {ty}");
         self.constant(&attrs, ty)
     }
 
     /// A 1-D f32 constant with the given values.
-    pub fn const_f32(&mut self, values: &[f32]) -> V {
-        let ty = Ty::f32(&[values.len()]);
+    pub fn const_f32(&mut self, values: &[f32]) -> Value {
+        let ty = TensorType::f32(&[values.len()]);
         let body: Vec<String> = values
             .iter()
             .map(|v| format!("0x{:08X}", v.to_bits()))
@@ -245,7 +245,7 @@ impl Func {
         self.constant(&attrs, ty)
     }
 
-    fn constant(&mut self, attrs: &str, ty: Ty) -> V {
+    fn constant(&mut self, attrs: &str, ty: TensorType) -> Value {
         let r = self.fresh(ty);
         writeln!(
             self.body,
@@ -256,34 +256,34 @@ impl Func {
         r
     }
 
-    pub fn iota(&mut self, shape: &[usize], dim: usize, dtype: DType) -> V {
+    pub fn iota(&mut self, shape: &[usize], dim: usize, dtype: DType) -> Value {
         self.op(
             "iota",
             &[],
             &format!("iota_dimension = {dim} : i64"),
-            Ty::new(shape, dtype),
+            TensorType::new(shape, dtype),
         )
     }
 
-    pub fn reshape(&mut self, x: &V, shape: &[usize]) -> V {
-        let ty = Ty::new(shape, x.ty.dtype);
+    pub fn reshape(&mut self, x: &Value, shape: &[usize]) -> Value {
+        let ty = TensorType::new(shape, x.ty.dtype);
         assert_eq!(ty.numel(), x.ty.numel(), "reshape {} → {ty}", x.ty);
         self.op("reshape", &[x], "", ty)
     }
 
-    pub fn transpose(&mut self, x: &V, perm: &[usize]) -> V {
+    pub fn transpose(&mut self, x: &Value, perm: &[usize]) -> Value {
         assert_eq!(perm.len(), x.ty.rank(), "transpose rank");
         let shape: Vec<usize> = perm.iter().map(|&p| x.dim(p)).collect();
         self.op(
             "transpose",
             &[x],
             &format!("permutation = {}", arr(perm)),
-            Ty::new(&shape, x.ty.dtype),
+            TensorType::new(&shape, x.ty.dtype),
         )
     }
 
     /// Broadcasts `x` to `shape`, `dims[i]` being the output dimension of `x`'s dimension i.
-    pub fn broadcast(&mut self, x: &V, shape: &[usize], dims: &[usize]) -> V {
+    pub fn broadcast(&mut self, x: &Value, shape: &[usize], dims: &[usize]) -> Value {
         assert_eq!(dims.len(), x.ty.rank(), "broadcast dims");
         for (i, &d) in dims.iter().enumerate() {
             assert!(
@@ -296,12 +296,12 @@ impl Func {
             "broadcast_in_dim",
             &[x],
             &format!("broadcast_dimensions = {}", arr(dims)),
-            Ty::new(shape, x.ty.dtype),
+            TensorType::new(shape, x.ty.dtype),
         )
     }
 
     /// Broadcasts `x` along new leading dimensions (numpy-style trailing alignment).
-    pub fn broadcast_trailing(&mut self, x: &V, shape: &[usize]) -> V {
+    pub fn broadcast_trailing(&mut self, x: &Value, shape: &[usize]) -> Value {
         if x.shape() == shape {
             return x.clone();
         }
@@ -310,18 +310,18 @@ impl Func {
         self.broadcast(x, shape, &dims)
     }
 
-    pub fn slice(&mut self, x: &V, start: &[usize], limit: &[usize]) -> V {
+    pub fn slice(&mut self, x: &Value, start: &[usize], limit: &[usize]) -> Value {
         let strides = vec![1; start.len()];
         self.slice_strided(x, start, limit, &strides)
     }
 
     pub fn slice_strided(
         &mut self,
-        x: &V,
+        x: &Value,
         start: &[usize],
         limit: &[usize],
         strides: &[usize],
-    ) -> V {
+    ) -> Value {
         let shape: Vec<usize> = (0..start.len())
             .map(|i| {
                 assert!(
@@ -341,12 +341,12 @@ impl Func {
                 arr(limit),
                 arr(strides)
             ),
-            Ty::new(&shape, x.ty.dtype),
+            TensorType::new(&shape, x.ty.dtype),
         )
     }
 
     /// Slice along one dimension.
-    pub fn slice_dim(&mut self, x: &V, dim: usize, start: usize, limit: usize) -> V {
+    pub fn slice_dim(&mut self, x: &Value, dim: usize, start: usize, limit: usize) -> Value {
         let mut s = vec![0; x.ty.rank()];
         let mut l = x.shape().to_vec();
         s[dim] = start;
@@ -354,18 +354,18 @@ impl Func {
         self.slice(x, &s, &l)
     }
 
-    pub fn concat(&mut self, xs: &[&V], dim: usize) -> V {
+    pub fn concat(&mut self, xs: &[&Value], dim: usize) -> Value {
         let mut shape = xs[0].shape().to_vec();
         shape[dim] = xs.iter().map(|x| x.dim(dim)).sum();
         self.op(
             "concatenate",
             xs,
             &format!("dimension = {dim} : i64"),
-            Ty::new(&shape, xs[0].ty.dtype),
+            TensorType::new(&shape, xs[0].ty.dtype),
         )
     }
 
-    pub fn convert(&mut self, x: &V, dtype: DType) -> V {
+    pub fn convert(&mut self, x: &Value, dtype: DType) -> Value {
         if x.ty.dtype == dtype {
             return x.clone();
         }
@@ -373,29 +373,29 @@ impl Func {
     }
 
     /// Reinterprets bits (i16 ↔ bf16): weights travel as raw 16-bit words.
-    pub fn bitcast(&mut self, x: &V, dtype: DType) -> V {
+    pub fn bitcast(&mut self, x: &Value, dtype: DType) -> Value {
         self.op("bitcast_convert", &[x], "", x.ty.with_dtype(dtype))
     }
 
     /// `tensor<i32>` scalar from a 1-element slice of a 1-D i32 tensor.
-    pub fn scalar_at(&mut self, x: &V, i: usize) -> V {
+    pub fn scalar_at(&mut self, x: &Value, i: usize) -> Value {
         let s = self.slice(x, &[i], &[i + 1]);
         self.reshape(&s, &[])
     }
 
-    pub fn dynamic_slice(&mut self, x: &V, starts: &[&V], sizes: &[usize]) -> V {
-        let mut ops: Vec<&V> = vec![x];
+    pub fn dynamic_slice(&mut self, x: &Value, starts: &[&Value], sizes: &[usize]) -> Value {
+        let mut ops: Vec<&Value> = vec![x];
         ops.extend_from_slice(starts);
         self.op(
             "dynamic_slice",
             &ops,
             &format!("slice_sizes = {}", arr(sizes)),
-            Ty::new(sizes, x.ty.dtype),
+            TensorType::new(sizes, x.ty.dtype),
         )
     }
 
-    pub fn dynamic_update_slice(&mut self, x: &V, update: &V, starts: &[&V]) -> V {
-        let mut ops: Vec<&V> = vec![x, update];
+    pub fn dynamic_update_slice(&mut self, x: &Value, update: &Value, starts: &[&Value]) -> Value {
+        let mut ops: Vec<&Value> = vec![x, update];
         ops.extend_from_slice(starts);
         self.op("dynamic_update_slice", &ops, "", x.ty.clone())
     }
@@ -403,7 +403,7 @@ impl Func {
     // ----- elementwise ----------------------------------------------------------------------
 
     /// Elementwise binary op; a lower-rank operand is broadcast along leading dimensions.
-    pub fn bin(&mut self, op: Bin, a: &V, b: &V) -> V {
+    pub fn binary(&mut self, op: BinaryOp, a: &Value, b: &Value) -> Value {
         let (a, b) = if a.ty.rank() >= b.ty.rank() {
             let b = self.broadcast_trailing(b, a.shape());
             (a.clone(), b)
@@ -413,69 +413,69 @@ impl Func {
         };
         assert_eq!(a.shape(), b.shape(), "elementwise shapes");
         let name = match op {
-            Bin::Add => "add",
-            Bin::Sub => "subtract",
-            Bin::Mul => "multiply",
-            Bin::Div => "divide",
-            Bin::Max => "maximum",
-            Bin::Min => "minimum",
-            Bin::Pow => "power",
-            Bin::And => "and",
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "subtract",
+            BinaryOp::Mul => "multiply",
+            BinaryOp::Div => "divide",
+            BinaryOp::Max => "maximum",
+            BinaryOp::Min => "minimum",
+            BinaryOp::Pow => "power",
+            BinaryOp::And => "and",
         };
         let ty = a.ty.clone();
         self.op(name, &[&a, &b], "", ty)
     }
 
-    pub fn add(&mut self, a: &V, b: &V) -> V {
-        self.bin(Bin::Add, a, b)
+    pub fn add(&mut self, a: &Value, b: &Value) -> Value {
+        self.binary(BinaryOp::Add, a, b)
     }
 
-    pub fn sub(&mut self, a: &V, b: &V) -> V {
-        self.bin(Bin::Sub, a, b)
+    pub fn sub(&mut self, a: &Value, b: &Value) -> Value {
+        self.binary(BinaryOp::Sub, a, b)
     }
 
-    pub fn mul(&mut self, a: &V, b: &V) -> V {
-        self.bin(Bin::Mul, a, b)
+    pub fn mul(&mut self, a: &Value, b: &Value) -> Value {
+        self.binary(BinaryOp::Mul, a, b)
     }
 
-    pub fn div(&mut self, a: &V, b: &V) -> V {
-        self.bin(Bin::Div, a, b)
+    pub fn div(&mut self, a: &Value, b: &Value) -> Value {
+        self.binary(BinaryOp::Div, a, b)
     }
 
     /// `x · s` for a scalar constant.
-    pub fn scale(&mut self, x: &V, s: f32) -> V {
+    pub fn scale(&mut self, x: &Value, s: f32) -> Value {
         let c = self.splat(s, &[]);
         let c = self.broadcast(&c, &x.ty.shape.clone(), &[]);
         self.mul(x, &c)
     }
 
     /// `x + s` for a scalar constant.
-    pub fn add_scalar(&mut self, x: &V, s: f32) -> V {
+    pub fn add_scalar(&mut self, x: &Value, s: f32) -> Value {
         let c = self.splat(s, &[]);
         let c = self.broadcast(&c, &x.ty.shape.clone(), &[]);
         self.add(x, &c)
     }
 
-    pub fn un(&mut self, op: Un, x: &V) -> V {
-        if let Un::Erf = op {
+    pub fn unary(&mut self, op: UnaryOp, x: &Value) -> Value {
+        if let UnaryOp::Erf = op {
             return self.erf(x);
         }
         let name = match op {
-            Un::Exp => "exponential",
-            Un::Log => "log",
-            Un::Rsqrt => "rsqrt",
-            Un::Sqrt => "sqrt",
-            Un::Tanh => "tanh",
-            Un::Logistic => "logistic",
-            Un::Neg => "negate",
-            Un::Abs => "abs",
-            Un::Erf => unreachable!(),
+            UnaryOp::Exp => "exponential",
+            UnaryOp::Log => "log",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Logistic => "logistic",
+            UnaryOp::Neg => "negate",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Erf => unreachable!(),
         };
         self.op(name, &[x], "", x.ty.clone())
     }
 
     /// `chlo.erf` (StableHLO has no erf; IREE lowers the CHLO op).
-    fn erf(&mut self, x: &V) -> V {
+    fn erf(&mut self, x: &Value) -> Value {
         let r = self.fresh(x.ty.clone());
         writeln!(
             self.body,
@@ -486,15 +486,15 @@ impl Func {
         r
     }
 
-    pub fn compare(&mut self, a: &V, b: &V, dir: Cmp) -> V {
+    pub fn compare(&mut self, a: &Value, b: &Value, dir: Comparison) -> Value {
         assert_eq!(a.shape(), b.shape(), "compare shapes");
         let d = match dir {
-            Cmp::Eq => "EQ",
-            Cmp::Ne => "NE",
-            Cmp::Lt => "LT",
-            Cmp::Le => "LE",
-            Cmp::Gt => "GT",
-            Cmp::Ge => "GE",
+            Comparison::Eq => "EQ",
+            Comparison::Ne => "NE",
+            Comparison::Lt => "LT",
+            Comparison::Le => "LE",
+            Comparison::Gt => "GT",
+            Comparison::Ge => "GE",
         };
         self.op(
             "compare",
@@ -504,7 +504,7 @@ impl Func {
         )
     }
 
-    pub fn select(&mut self, pred: &V, a: &V, b: &V) -> V {
+    pub fn select(&mut self, pred: &Value, a: &Value, b: &Value) -> Value {
         assert_eq!(a.shape(), b.shape(), "select shapes");
         let pred = self.broadcast_trailing(pred, a.shape());
         self.op("select", &[&pred, a, b], "", a.ty.clone())
@@ -513,7 +513,7 @@ impl Func {
     // ----- reductions and contractions ------------------------------------------------------
 
     /// Reduces `x` over `dims` (f32).
-    pub fn reduce(&mut self, x: &V, dims: &[usize], kind: Reduce) -> V {
+    pub fn reduce(&mut self, x: &Value, dims: &[usize], kind: Reduce) -> Value {
         let init = match kind {
             Reduce::Sum => self.splat(0.0, &[]),
             Reduce::Max => self.splat(f32::NEG_INFINITY, &[]),
@@ -522,7 +522,7 @@ impl Func {
             .filter(|d| !dims.contains(d))
             .map(|d| x.dim(d))
             .collect();
-        let out = Ty::new(&shape, x.ty.dtype);
+        let out = TensorType::new(&shape, x.ty.dtype);
         let r = self.fresh(out);
         let (a, b) = (self.next, self.next + 1);
         let c = self.next + 2;
@@ -544,11 +544,11 @@ impl Func {
     /// General contraction. Output dims: batch, then lhs free, then rhs free (StableHLO order).
     pub fn dot_general(
         &mut self,
-        a: &V,
-        b: &V,
+        a: &Value,
+        b: &Value,
         batch: (&[usize], &[usize]),
         contract: (&[usize], &[usize]),
-    ) -> V {
+    ) -> Value {
         for (&i, &j) in batch
             .0
             .iter()
@@ -575,11 +575,11 @@ impl Func {
             list(contract.0),
             list(contract.1)
         );
-        self.op("dot_general", &[a, b], &attrs, Ty::f32(&shape))
+        self.op("dot_general", &[a, b], &attrs, TensorType::f32(&shape))
     }
 
     /// `x · wᵀ` for `x` `[.., k]` and a PyTorch-layout weight `w` `[n, k]` → `[.., n]`.
-    pub fn linear_t(&mut self, x: &V, w: &V) -> V {
+    pub fn linear_t(&mut self, x: &Value, w: &Value) -> Value {
         let r = x.ty.rank();
         let lead: Vec<usize> = x.shape()[..r - 1].to_vec();
         let k = x.dim(r - 1);
@@ -592,21 +592,21 @@ impl Func {
     }
 
     /// Softmax over the last dimension (max-subtracted, like the host kernel).
-    pub fn softmax_last(&mut self, x: &V) -> V {
+    pub fn softmax_last(&mut self, x: &Value) -> Value {
         let r = x.ty.rank();
         let shape = x.shape().to_vec();
         let keep: Vec<usize> = (0..r - 1).collect();
         let m = self.reduce(x, &[r - 1], Reduce::Max);
         let m = self.broadcast(&m, &shape, &keep);
         let e = self.sub(x, &m);
-        let e = self.un(Un::Exp, &e);
+        let e = self.unary(UnaryOp::Exp, &e);
         let s = self.reduce(&e, &[r - 1], Reduce::Sum);
         let s = self.broadcast(&s, &shape, &keep);
         self.div(&e, &s)
     }
 
     /// Mean over the last dimension, broadcast back to `x`'s shape.
-    pub fn mean_last_bcast(&mut self, x: &V) -> V {
+    pub fn mean_last_bcast(&mut self, x: &Value) -> Value {
         let r = x.ty.rank();
         let shape = x.shape().to_vec();
         let n = x.dim(r - 1) as f32;
@@ -617,66 +617,66 @@ impl Func {
     }
 
     /// RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) · w`.
-    pub fn rms_norm(&mut self, x: &V, w: &V, eps: f32) -> V {
+    pub fn rms_norm(&mut self, x: &Value, w: &Value, eps: f32) -> Value {
         let sq = self.mul(x, x);
         let ms = self.mean_last_bcast(&sq);
         let ms = self.add_scalar(&ms, eps);
-        let inv = self.un(Un::Rsqrt, &ms);
+        let inv = self.unary(UnaryOp::Rsqrt, &ms);
         let y = self.mul(x, &inv);
         self.mul(&y, w)
     }
 
     /// LayerNorm over the last dimension with weight and bias.
-    pub fn layer_norm(&mut self, x: &V, w: &V, b: &V, eps: f32) -> V {
+    pub fn layer_norm(&mut self, x: &Value, w: &Value, b: &Value, eps: f32) -> Value {
         let mean = self.mean_last_bcast(x);
         let d = self.sub(x, &mean);
         let sq = self.mul(&d, &d);
         let var = self.mean_last_bcast(&sq);
         let var = self.add_scalar(&var, eps);
-        let inv = self.un(Un::Rsqrt, &var);
+        let inv = self.unary(UnaryOp::Rsqrt, &var);
         let y = self.mul(&d, &inv);
         let y = self.mul(&y, w);
         self.add(&y, b)
     }
 
     /// `x · sigmoid(x)`.
-    pub fn silu(&mut self, x: &V) -> V {
-        let s = self.un(Un::Logistic, x);
+    pub fn silu(&mut self, x: &Value) -> Value {
+        let s = self.unary(UnaryOp::Logistic, x);
         self.mul(x, &s)
     }
 
     /// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
-    pub fn gelu_tanh(&mut self, x: &V) -> V {
+    pub fn gelu_tanh(&mut self, x: &Value) -> Value {
         let x3 = self.mul(x, x);
         let x3 = self.mul(&x3, x);
         let inner = self.scale(&x3, 0.044715);
         let inner = self.add(x, &inner);
         let inner = self.scale(&inner, (2.0f32 / std::f32::consts::PI).sqrt());
-        let t = self.un(Un::Tanh, &inner);
+        let t = self.unary(UnaryOp::Tanh, &inner);
         let t = self.add_scalar(&t, 1.0);
         let y = self.mul(x, &t);
         self.scale(&y, 0.5)
     }
 
     /// GELU, exact: `0.5·x·(1 + erf(x/√2))`.
-    pub fn gelu_erf(&mut self, x: &V) -> V {
+    pub fn gelu_erf(&mut self, x: &Value) -> Value {
         let t = self.scale(x, std::f32::consts::FRAC_1_SQRT_2);
-        let t = self.un(Un::Erf, &t);
+        let t = self.unary(UnaryOp::Erf, &t);
         let t = self.add_scalar(&t, 1.0);
         let y = self.mul(x, &t);
         self.scale(&y, 0.5)
     }
 
-    /// Convolution in NCH[W] layout (`[batch, feature, spatial…]`, weights `[out, in/groups,
+    /// Convolution in NCH\[W\] layout (`[batch, feature, spatial…]`, weights `[out, in/groups,
     /// spatial…]`), as PyTorch's conv1d/conv2d.
     pub fn conv(
         &mut self,
-        x: &V,
-        w: &V,
+        x: &Value,
+        w: &Value,
         strides: &[usize],
         padding: &[(usize, usize)],
         groups: usize,
-    ) -> V {
+    ) -> Value {
         let sp = strides.len();
         assert_eq!(x.ty.rank(), sp + 2, "conv input rank");
         assert_eq!(w.ty.rank(), sp + 2, "conv weight rank");
@@ -694,7 +694,7 @@ impl Func {
             pad.join(", "),
             arr(strides)
         );
-        self.op("convolution", &[x, w], &attrs, Ty::f32(&shape))
+        self.op("convolution", &[x, w], &attrs, TensorType::f32(&shape))
     }
 
     /// Prints the function.

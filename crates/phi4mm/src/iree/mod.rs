@@ -8,8 +8,11 @@ pub mod compiler;
 pub mod context;
 pub mod decoder;
 pub mod emit;
+mod error;
 pub mod mlir;
 mod progress;
 pub mod vision;
 pub mod weights;
 pub mod worker;
+
+pub use error::{IreeError, IreeResult};

@@ -3,16 +3,15 @@
 //! projection run on IREE; the host only computes indices (position ids, the HD row layout) and
 //! copies rows into place.
 
-use anyhow::{anyhow, ensure, Result};
 use eerie::runtime::{BufferView, Function, Program, Runtime, Value};
 
-use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, VisionConfig};
-use crate::model::vision::{hd_layout, position_ids, tiles, token_count, HdRow};
+use crate::model::vision::{position_ids, HdLayout};
 use crate::model::{ImageEncoding, ImageInput};
 
-use super::context::{IreeContext, IreeResult};
+use super::context::IreeContext;
 use super::emit::vision::{emit, PROJECT_ROWS};
+use super::error::{IreeResult, Result};
 use super::worker::Worker;
 
 struct VisionRt {
@@ -26,8 +25,7 @@ struct VisionRt {
 pub struct IreeVision {
     config: VisionConfig,
     text_hidden: usize,
-    sub_sep: Vec<f32>,
-    glb_sep: Vec<f32>,
+    hd: HdLayout,
     worker: Worker<VisionRt>,
 }
 
@@ -59,17 +57,15 @@ impl IreeVision {
             let runtime = IreeContext::runtime(&device)?;
             let program = runtime
                 .load_vmfb(&bytes)
-                .map_err(|e| anyhow!("loading the vision module: {e}"))?;
+                .iree("loading the vision module")?;
             let func = |name: &str| {
                 program
                     .function(&format!("vision.{name}"))
-                    .map_err(|e| anyhow!("vision.{name}: {e}"))
+                    .iree(&format!("vision.{name}"))
             };
             let main = func("main")?;
             let project = func("project")?;
-            let weights = weights
-                .upload(&runtime)
-                .map_err(|e| anyhow!("uploading vision weights: {e}"))?;
+            let weights = weights.upload(&runtime).iree("uploading vision weights")?;
             Ok(VisionRt {
                 runtime,
                 _program: program,
@@ -78,10 +74,8 @@ impl IreeVision {
                 weights,
             })
         })?;
-        let sep = |name: &str| ck.tensor(&format!("{VISION_PREFIX}{name}")).to_f32_vec();
         Ok(IreeVision {
-            sub_sep: sep("sub_img_feature_extensor"),
-            glb_sep: sep("global_img_feature_extensor"),
+            hd: HdLayout::load(ck),
             config: c,
             text_hidden,
             worker,
@@ -90,7 +84,7 @@ impl IreeVision {
 
     /// Number of decoder rows the image produces (the host encoder's rule).
     pub fn token_count(&self, image: &ImageInput) -> usize {
-        token_count(&self.config, image)
+        self.hd.token_count(image)
     }
 
     /// Runs the tower on every crop and builds the projected image rows.
@@ -98,21 +92,8 @@ impl IreeVision {
         let c = &self.config;
         let (grid, hid) = (c.grid(), c.hidden_size);
         let np = grid * grid;
-        let (th, tw) = tiles(c, image);
-        ensure!(
-            image.crops == 1 + th * tw,
-            "crop count {} must be 1 + tiles of the canvas ({th}×{tw})",
-            image.crops
-        );
+        self.hd.check(image)?;
         let crop_len = c.num_channels * c.image_size * c.image_size;
-        ensure!(
-            image.pixel_values.len() == image.crops * crop_len,
-            "pixel_values shape"
-        );
-        ensure!(
-            image.patch_masks.len() == image.crops * np,
-            "patch mask shape"
-        );
 
         // Tower + pooling, one crop per call.
         let mut features = Vec::with_capacity(image.crops * np * hid);
@@ -133,11 +114,7 @@ impl IreeVision {
                 let ids: BufferView<i32> = r.buffer_view(&[np], &ids).iree("IREE input buffer")?;
                 args.push(ids.into());
                 args.push(f32_view(r, &[np], &valid)?.into());
-                let mut out = rt
-                    .main
-                    .invoke(args)
-                    .map_err(|e| anyhow!("vision.main: {e}"))?
-                    .into_iter();
+                let mut out = rt.main.invoke(args).iree("vision.main")?.into_iter();
                 let f: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
                 let p: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
                 Ok((
@@ -150,16 +127,7 @@ impl IreeVision {
         }
 
         // HD layout: index shuffling only.
-        let mut rows: Vec<f32> = Vec::new();
-        for row in hd_layout(c, image) {
-            match row {
-                HdRow::Pooled { crop, index } => {
-                    rows.extend_from_slice(&pooled[crop][index * hid..(index + 1) * hid])
-                }
-                HdRow::SubSep => rows.extend_from_slice(&self.sub_sep),
-                HdRow::GlbSep => rows.extend_from_slice(&self.glb_sep),
-            }
-        }
+        let rows = self.hd.assemble(image, &pooled);
         let tokens = rows.len() / hid;
 
         // Projection in fixed buckets; the MLP is row-wise, so zero padding rows are discarded.
@@ -172,11 +140,7 @@ impl IreeVision {
             let out = self.worker.run(move |rt| -> Result<Vec<f32>> {
                 let mut args: Vec<Value> = rt.weights.clone();
                 args.push(f32_view(&rt.runtime, &[PROJECT_ROWS, hid], &bucket)?.into());
-                let mut out = rt
-                    .project
-                    .invoke(args)
-                    .map_err(|e| anyhow!("vision.project: {e}"))?
-                    .into_iter();
+                let mut out = rt.project.invoke(args).iree("vision.project")?.into_iter();
                 let y: BufferView<f32> = out.next().unwrap().try_into().iree("vision result")?;
                 y.read().iree("reading projected rows")
             })?;

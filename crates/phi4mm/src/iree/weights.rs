@@ -2,14 +2,14 @@
 //! f32 inside the module), recorded in order as the module's weight schema, and uploaded once to
 //! resident device buffers that every call reuses.
 
-use eerie::runtime::{Runtime, RuntimeError, Value};
+use eerie::runtime::{self, Runtime, RuntimeError};
 use half::slice::HalfBitsSliceExt;
 
 use crate::checkpoint::store::DType as StoredDType;
 use crate::checkpoint::{TensorView, WeightData};
 use artifact_cache::WeightSpec;
 
-use super::mlir::{DType, Func, Ty, V};
+use super::mlir::{DType, Func, TensorType, Value};
 
 /// The weight arguments of one module, in declaration order.
 #[derive(Default, Clone)]
@@ -23,13 +23,13 @@ impl Weights {
     ///
     /// Arguments are declared in the same order in every function of a module, so one uploaded
     /// list serves all of them; `index` says where this weight sits in that list.
-    pub fn arg(&mut self, f: &mut Func, name: &str, t: &TensorView) -> V {
+    pub fn arg(&mut self, f: &mut Func, name: &str, t: &TensorView) -> Value {
         let dtype = match t.dtype {
             StoredDType::BF16 => DType::Bf16,
             StoredDType::F16 => DType::F16,
             StoredDType::F32 => DType::F32,
         };
-        let v = f.arg(Ty::new(&t.shape, dtype));
+        let v = f.arg(TensorType::new(&t.shape, dtype));
         if !self.specs.iter().any(|s| s.name == name) {
             self.specs.push(WeightSpec {
                 name: name.to_string(),
@@ -42,7 +42,7 @@ impl Weights {
     }
 
     /// Uploads every weight to `rt`'s device, in schema order.
-    pub fn upload(&self, rt: &Runtime) -> Result<Vec<Value>, RuntimeError> {
+    pub fn upload(&self, rt: &Runtime) -> Result<Vec<runtime::Value>, RuntimeError> {
         self.views
             .iter()
             .map(|t| {

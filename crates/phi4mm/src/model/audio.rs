@@ -3,20 +3,13 @@
 
 use rayon::prelude::*;
 
+use crate::adapter::AudioBranch;
 use crate::checkpoint::schema::AUDIO_PREFIX;
 use crate::checkpoint::{AudioConfig, Checkpoint};
 
 use super::encoder_layers::{Linear, Norm};
-use super::linear::sgemm;
-use super::ops::{add_in_place, add_scaled, gelu_erf, layer_norm, silu, softmax};
-
-/// Which audio projection a request uses: `speech` without images, `vision` with them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum AudioBranch {
-    #[default]
-    Speech,
-    Vision,
-}
+use crate::kernels::matmul::sgemm;
+use crate::kernels::ops::{add_in_place, add_scaled, gelu_erf, layer_norm, silu, softmax};
 
 const LN_EPS: f32 = 1e-5;
 
@@ -167,11 +160,7 @@ impl AudioEncoder {
 
     /// Decoder rows a clip of `frames` feature frames produces (`ceil(frames / 8)` officially).
     pub fn token_count(&self, frames: usize) -> usize {
-        let mut t = frames;
-        for _ in 0..self.config.subsampling_stages() {
-            t = t.div_ceil(2);
-        }
-        t
+        self.config.token_count(frames)
     }
 
     /// Encodes one clip of log-mel features `[frames, input_size]` and projects it with `branch`.

@@ -1,27 +1,107 @@
-//! The Phi3-style text decoder, stepped over a batch of independent rows.
+//! The Phi3-style text decoder, stepped over a batch of independent rows and written as the math
+//! (after candle's `phi3`): each `DecoderLayer` is `x += attn(norm(x)); x += mlp(norm(x))`.
 //!
 //! One [`Decoder::step`] takes any mix of rows — a prefill of many tokens, a single decode token,
 //! a re-encode — each with its own [`SequenceState`] (position, KV cache, RoPE mode) and its own
 //! [`AdapterMode`]. The linear layers run once over all tokens of all rows (weights read once);
 //! attention runs per row against that row's cache. A solo request is a batch of one.
 
-use rayon::prelude::*;
-
+use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
+use crate::kernels::linear::{linear_new, Matrix};
+use crate::kernels::ops::{add_in_place, rms_norm, silu};
+use crate::step::StepRow;
 
-use super::kv_cache::SequenceState;
-use super::linear::{linear_new, sgemm, Matrix};
-use super::lora::{AdapterMode, LoraLinear};
-use super::ops::{add_in_place, rms_norm, silu, softmax};
-use super::rope::{Rope, RopeMode};
+use super::attention::{Attention, RowSpan};
+use super::kv_cache::{LayerKv, SequenceState};
+use super::lora::LoraLinear;
+use super::rope::{Rope, RopePlan};
 
-struct DecoderLayer {
-    input_norm: Vec<f32>,
-    post_norm: Vec<f32>,
-    qkv: LoraLinear,
-    o: LoraLinear,
+/// RMSNorm with its learned scale.
+struct RmsNorm {
+    weight: Vec<f32>,
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn load(ck: &Checkpoint, name: &str, eps: f32) -> Self {
+        RmsNorm {
+            weight: ck.tensor(name).to_f32_vec(),
+            eps,
+        }
+    }
+
+    fn forward(&self, x: &[f32]) -> Vec<f32> {
+        rms_norm(x, &self.weight, self.eps)
+    }
+}
+
+/// The gated MLP, `down(up ⊙ silu(gate))`, with gate and up from one fused projection.
+struct Mlp {
     gate_up: LoraLinear,
     down: LoraLinear,
+    intermediate: usize,
+}
+
+impl Mlp {
+    fn forward(&self, x: &[f32], adapters: &[AdapterMode]) -> Vec<f32> {
+        let inter = self.intermediate;
+        let gate_up = self.gate_up.forward(x, adapters);
+        let mut act = vec![0.0; adapters.len() * inter];
+        for (a, g) in act.chunks_mut(inter).zip(gate_up.chunks(2 * inter)) {
+            let (gate, up) = g.split_at(inter);
+            for ((o, gv), uv) in a.iter_mut().zip(gate).zip(up) {
+                *o = uv * silu(*gv);
+            }
+        }
+        self.down.forward(&act, adapters)
+    }
+}
+
+struct DecoderLayer {
+    input_norm: RmsNorm,
+    attn: Attention,
+    post_norm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    fn load(ck: &Checkpoint, i: usize, c: &TextConfig) -> Self {
+        let p = format!("model.layers.{i}.");
+        DecoderLayer {
+            input_norm: RmsNorm::load(ck, &format!("{p}input_layernorm.weight"), c.rms_norm_eps),
+            attn: Attention::load(ck, i, c),
+            post_norm: RmsNorm::load(
+                ck,
+                &format!("{p}post_attention_layernorm.weight"),
+                c.rms_norm_eps,
+            ),
+            mlp: Mlp {
+                gate_up: LoraLinear::load(ck, i, "mlp.gate_up_proj"),
+                down: LoraLinear::load(ck, i, "mlp.down_proj"),
+                intermediate: c.intermediate_size,
+            },
+        }
+    }
+
+    /// `x` is `[tokens, hidden]` over every row's new tokens; `caches[r]` is row `r`'s KV cache
+    /// of this layer.
+    fn forward(&self, x: &mut [f32], batch: &Batch, caches: &mut [&mut LayerKv], rope: &Rope) {
+        let h = self.input_norm.forward(x);
+        let a = self
+            .attn
+            .forward(&h, &batch.adapters, &batch.rows, caches, rope);
+        add_in_place(x, &a);
+        let h = self.post_norm.forward(x);
+        let m = self.mlp.forward(&h, &batch.adapters);
+        add_in_place(x, &m);
+    }
+}
+
+/// The tokens of one step: each token's adapter (its row's) and each row's span.
+struct Batch {
+    adapters: Vec<AdapterMode>,
+    rows: Vec<RowSpan>,
 }
 
 pub struct Decoder {
@@ -29,7 +109,7 @@ pub struct Decoder {
     embed: TensorView,
     lm_head: TensorView,
     layers: Vec<DecoderLayer>,
-    norm: Vec<f32>,
+    norm: RmsNorm,
     rope: Rope,
 }
 
@@ -49,36 +129,11 @@ pub fn embed_tokens(table: &TensorView, c: &TextConfig, ids: &[u32]) -> Vec<f32>
     out
 }
 
-/// One row of a decoder step.
-pub struct RowStep<'a> {
-    pub state: &'a mut SequenceState,
-    /// Input embeddings of the new tokens, `[n, hidden]` (n ≥ 1).
-    pub embeds: &'a [f32],
-    pub adapter: AdapterMode,
-}
-
-/// Query rows per attention block: bounds the `[block, len]` score matrix for long prompts.
-const ATTN_QUERY_BLOCK: usize = 256;
-
 impl Decoder {
     pub fn load(ck: &Checkpoint) -> Self {
         let c = ck.config.text.clone();
         let layers = (0..c.num_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}.");
-                DecoderLayer {
-                    input_norm: ck
-                        .tensor(&format!("{p}input_layernorm.weight"))
-                        .to_f32_vec(),
-                    post_norm: ck
-                        .tensor(&format!("{p}post_attention_layernorm.weight"))
-                        .to_f32_vec(),
-                    qkv: LoraLinear::load(ck, i, "self_attn.qkv_proj"),
-                    o: LoraLinear::load(ck, i, "self_attn.o_proj"),
-                    gate_up: LoraLinear::load(ck, i, "mlp.gate_up_proj"),
-                    down: LoraLinear::load(ck, i, "mlp.down_proj"),
-                }
-            })
+            .map(|i| DecoderLayer::load(ck, i, &c))
             .collect();
         let embed = ck.tensor("model.embed_tokens.weight").clone();
         let lm_head = if c.tie_word_embeddings {
@@ -91,7 +146,7 @@ impl Decoder {
             embed,
             lm_head,
             layers,
-            norm: ck.tensor("model.norm.weight").to_f32_vec(),
+            norm: RmsNorm::load(ck, "model.norm.weight", c.rms_norm_eps),
             config: c,
         }
     }
@@ -107,83 +162,56 @@ impl Decoder {
 
     /// Runs the new tokens of every row through the decoder, appending to each row's cache, and
     /// returns the logits of each row's last new token (`[vocab]` per row).
-    pub fn step(&self, rows: &mut [RowStep]) -> Vec<Vec<f32>> {
+    pub fn step(&self, rows: &mut [StepRow<SequenceState>]) -> Vec<Vec<f32>> {
         let hidden = self.step_hidden(rows);
         self.logits(&hidden)
     }
 
     /// As [`Decoder::step`] but returns the final-normed hidden state of each row's last token.
-    pub fn step_hidden(&self, rows: &mut [RowStep]) -> Vec<f32> {
-        let c = &self.config;
-        let h = c.hidden_size;
-
-        // Per row: positions, RoPE mode, and — the first time a row crosses the original context
-        // length with a short-factor cache — its whole history re-encoded with the long factors.
-        let mut inputs: Vec<Vec<f32>> = Vec::with_capacity(rows.len());
+    pub fn step_hidden(&self, rows: &mut [StepRow<SequenceState>]) -> Vec<f32> {
+        let h = self.config.hidden_size;
+        let mut x = Vec::new();
+        let mut batch = Batch {
+            adapters: Vec::new(),
+            rows: Vec::with_capacity(rows.len()),
+        };
         for row in rows.iter_mut() {
-            assert!(
-                !row.embeds.is_empty() && row.embeds.len() % h == 0,
-                "row embeddings shape"
-            );
-            let n = row.embeds.len() / h;
+            let n = row.tokens(h);
             let st = &mut *row.state;
-            let mode = self.rope.mode_for(st.len + n);
-            if mode == RopeMode::Long && st.mode == RopeMode::Short {
-                let mut full = std::mem::take(&mut st.history);
-                full.extend_from_slice(row.embeds);
-                st.clear();
-                st.mode = RopeMode::Long;
-                inputs.push(full);
-            } else {
-                st.mode = mode;
-                if mode == RopeMode::Short && self.rope_is_long_capable() {
-                    st.history.extend_from_slice(row.embeds);
-                }
-                inputs.push(row.embeds.to_vec());
+            let plan = st.rope.plan(&self.rope, row.embeds, n);
+            if let RopePlan::Reencode(_) = plan {
+                st.clear_cache();
             }
+            let embeds = plan.embeds();
+            let tokens = embeds.len() / h;
+            x.extend_from_slice(embeds);
+            batch
+                .adapters
+                .extend(std::iter::repeat_n(row.adapter, tokens));
+            batch.rows.push(RowSpan {
+                tokens,
+                pos0: st.rope.len,
+                mode: st.rope.mode,
+            });
         }
-
-        let counts: Vec<usize> = inputs.iter().map(|e| e.len() / h).collect();
-        let total: usize = counts.iter().sum();
-        let mut token_modes = Vec::with_capacity(total);
-        for (row, &n) in rows.iter().zip(&counts) {
-            token_modes.extend(std::iter::repeat_n(row.adapter, n));
-        }
-        let mut x = inputs.concat();
 
         for (li, layer) in self.layers.iter().enumerate() {
-            let normed = rms_norm(&x, &layer.input_norm, c.rms_norm_eps);
-            let qkv = layer.qkv.forward(&normed, &token_modes);
-            let attn = self.attention(li, &qkv, rows, &counts);
-            let o = layer.o.forward(&attn, &token_modes);
-            add_in_place(&mut x, &o);
-
-            let normed = rms_norm(&x, &layer.post_norm, c.rms_norm_eps);
-            let gu = layer.gate_up.forward(&normed, &token_modes);
-            let inter = c.intermediate_size;
-            let mut act = vec![0.0; total * inter];
-            for (a, g) in act.chunks_mut(inter).zip(gu.chunks(2 * inter)) {
-                let (gate, up) = g.split_at(inter);
-                for ((o, gv), uv) in a.iter_mut().zip(gate).zip(up) {
-                    *o = uv * silu(*gv);
-                }
-            }
-            let d = layer.down.forward(&act, &token_modes);
-            add_in_place(&mut x, &d);
+            let mut caches: Vec<&mut LayerKv> =
+                rows.iter_mut().map(|r| &mut r.state.layers[li]).collect();
+            layer.forward(&mut x, &batch, &mut caches, &self.rope);
         }
-
-        for (row, &n) in rows.iter_mut().zip(&counts) {
-            row.state.len += n;
+        for (row, span) in rows.iter_mut().zip(&batch.rows) {
+            row.state.rope.len += span.tokens;
         }
 
         // Only each row's last token feeds the head.
         let mut last = Vec::with_capacity(rows.len() * h);
         let mut end = 0;
-        for &n in &counts {
-            end += n;
+        for span in &batch.rows {
+            end += span.tokens;
             last.extend_from_slice(&x[(end - 1) * h..end * h]);
         }
-        rms_norm(&last, &self.norm, c.rms_norm_eps)
+        self.norm.forward(&last)
     }
 
     /// LM head over final-normed hidden states `[rows, hidden]`.
@@ -193,113 +221,5 @@ impl Decoder {
         let v = self.config.vocab_size;
         let all = linear_new(hidden, rows, Matrix::of(&self.lm_head), None);
         all.chunks(v).map(<[f32]>::to_vec).collect()
-    }
-
-    fn rope_is_long_capable(&self) -> bool {
-        self.config.longrope.is_some()
-    }
-
-    /// Causal GQA attention of each row's new tokens against its cache (which this appends to).
-    fn attention(
-        &self,
-        layer: usize,
-        qkv: &[f32],
-        rows: &mut [RowStep],
-        counts: &[usize],
-    ) -> Vec<f32> {
-        let c = &self.config;
-        let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
-        let qw = nh * hd;
-        let kw = nkv * hd;
-        let width = qw + 2 * kw;
-        let total: usize = counts.iter().sum();
-        let mut out = vec![0.0; total * qw];
-        let scale = 1.0 / (hd as f32).sqrt();
-        let group = nh / nkv;
-
-        let mut t0 = 0;
-        for (row, &n) in rows.iter_mut().zip(counts) {
-            let st = &mut *row.state;
-            let pos0 = st.len;
-            let mut q = Vec::with_capacity(n * qw);
-            let mut k = Vec::with_capacity(n * kw);
-            let mut v = Vec::with_capacity(n * kw);
-            for t in 0..n {
-                let r = &qkv[(t0 + t) * width..(t0 + t + 1) * width];
-                q.extend_from_slice(&r[..qw]);
-                k.extend_from_slice(&r[qw..qw + kw]);
-                v.extend_from_slice(&r[qw + kw..]);
-            }
-            self.rope.apply(&mut q, nh, pos0, st.mode);
-            self.rope.apply(&mut k, nkv, pos0, st.mode);
-            let kv = &mut st.layers[layer];
-            kv.k.extend_from_slice(&k);
-            kv.v.extend_from_slice(&v);
-            let len = pos0 + n;
-            let (kc, vc) = (&kv.k, &kv.v);
-
-            // Heads in parallel; each writes its own column slice of the row's output.
-            let head_outs: Vec<Vec<f32>> = (0..nh)
-                .into_par_iter()
-                .map(|hh| {
-                    let g = hh / group;
-                    let mut o = vec![0.0; n * hd];
-                    let mut scores = Vec::new();
-                    let mut b0 = 0;
-                    while b0 < n {
-                        let bn = ATTN_QUERY_BLOCK.min(n - b0);
-                        // Keys visible to the last query of this block.
-                        let kl = pos0 + b0 + bn;
-                        scores.resize(bn * kl, 0.0);
-                        sgemm(
-                            bn,
-                            hd,
-                            kl,
-                            &q[b0 * qw + hh * hd..],
-                            qw,
-                            1,
-                            &kc[g * hd..],
-                            1,
-                            kw,
-                            &mut scores,
-                            kl,
-                        );
-                        for i in 0..bn {
-                            let visible = pos0 + b0 + i + 1;
-                            let s = &mut scores[i * kl..(i + 1) * kl];
-                            for v in s[..visible].iter_mut() {
-                                *v *= scale;
-                            }
-                            s[visible..].fill(f32::NEG_INFINITY);
-                            softmax(s);
-                        }
-                        sgemm(
-                            bn,
-                            kl,
-                            hd,
-                            &scores,
-                            kl,
-                            1,
-                            &vc[g * hd..],
-                            kw,
-                            1,
-                            &mut o[b0 * hd..],
-                            hd,
-                        );
-                        b0 += bn;
-                    }
-                    o
-                })
-                .collect();
-            debug_assert_eq!(len, pos0 + n);
-            for (hh, o) in head_outs.iter().enumerate() {
-                for t in 0..n {
-                    out[(t0 + t) * qw + hh * hd..(t0 + t) * qw + (hh + 1) * hd]
-                        .copy_from_slice(&o[t * hd..(t + 1) * hd]);
-                }
-            }
-            t0 += n;
-        }
-        out
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::checkpoint::{Checkpoint, TensorView};
 
-use super::linear::{linear_new, Matrix};
+use crate::kernels::linear::{linear_new, Matrix};
 
 pub(super) struct Linear {
     pub(super) w: TensorView,

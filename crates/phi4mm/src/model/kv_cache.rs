@@ -1,7 +1,7 @@
-//! Per-sequence decoder state: the KV cache of every layer, the position, and the RoPE mode the
-//! cache was built with. One per batch row; nothing is shared between rows.
+//! Per-sequence decoder state: the KV cache of every layer and the row's RoPE state. One per
+//! batch row; nothing is shared between rows.
 
-use super::rope::RopeMode;
+use super::rope::{RopeMode, RopeState};
 
 /// Keys and values of one layer, `[len, kv_heads · head_dim]` each, appended per step.
 #[derive(Default, Clone)]
@@ -14,45 +14,41 @@ pub struct LayerKv {
 #[derive(Clone)]
 pub struct SequenceState {
     pub(crate) layers: Vec<LayerKv>,
-    pub(crate) len: usize,
-    pub(crate) mode: RopeMode,
-    /// Input embeddings of every cached position while the cache uses the short RoPE factors:
-    /// when the sequence first grows past `original_max_position_embeddings`, the reference
-    /// re-encodes it from scratch with the long factors, which needs these. Dropped once long.
-    pub(crate) history: Vec<f32>,
+    pub(crate) rope: RopeState,
 }
 
 impl SequenceState {
     pub(crate) fn new(num_layers: usize) -> Self {
         SequenceState {
             layers: vec![LayerKv::default(); num_layers],
-            len: 0,
-            mode: RopeMode::Short,
-            history: Vec::new(),
+            rope: RopeState::default(),
         }
     }
 
     /// Number of positions in the cache (= position of the next token).
     pub fn len(&self) -> usize {
-        self.len
+        self.rope.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.rope.len == 0
     }
 
     pub fn rope_mode(&self) -> RopeMode {
-        self.mode
+        self.rope.mode
     }
 
-    /// Forget everything (slot reuse).
-    pub fn clear(&mut self) {
+    /// Empties every layer's keys and values (the positions stay with the RoPE state).
+    pub(crate) fn clear_cache(&mut self) {
         for l in &mut self.layers {
             l.k.clear();
             l.v.clear();
         }
-        self.len = 0;
-        self.mode = RopeMode::Short;
-        self.history.clear();
+    }
+
+    /// Forget everything (slot reuse).
+    pub fn clear(&mut self) {
+        self.clear_cache();
+        self.rope = RopeState::default();
     }
 }

@@ -2,30 +2,11 @@
 //! only for the rows whose adapter mode selects that adapter. Base weights are never modified and
 //! rows without an adapter pay nothing.
 
-use crate::checkpoint::{AdapterName, Checkpoint, TensorView};
+use crate::adapter::AdapterMode;
+use crate::checkpoint::{Checkpoint, LoraAdapter, TensorView};
 
-use super::linear::{linear, linear_new, Matrix};
-use super::ops::add_scaled;
-
-/// Which LoRA a batch row uses (per request; text → none, image(s) → vision, audio only → speech,
-/// image + audio → vision).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum AdapterMode {
-    #[default]
-    None,
-    Speech,
-    Vision,
-}
-
-impl AdapterMode {
-    pub fn adapter(self) -> Option<AdapterName> {
-        match self {
-            AdapterMode::None => None,
-            AdapterMode::Speech => Some(AdapterName::Speech),
-            AdapterMode::Vision => Some(AdapterName::Vision),
-        }
-    }
-}
+use crate::kernels::linear::{linear, linear_new, Matrix};
+use crate::kernels::ops::add_scaled;
 
 pub struct LoraPair {
     pub a: TensorView,
@@ -41,11 +22,8 @@ pub struct LoraLinear {
 
 impl LoraLinear {
     pub fn load(ck: &Checkpoint, layer: usize, module: &str) -> Self {
-        let pair = |adapter: AdapterName| {
-            let cfg = match adapter {
-                AdapterName::Speech => ck.config.speech_lora,
-                AdapterName::Vision => ck.config.vision_lora,
-            }?;
+        let pair = |adapter: LoraAdapter| {
+            let cfg = ck.config.lora(adapter)?;
             let (a, b) = ck.lora(layer, module, adapter)?;
             Some(LoraPair {
                 a: a.clone(),
@@ -57,8 +35,8 @@ impl LoraLinear {
             base: ck
                 .tensor(&format!("model.layers.{layer}.{module}.weight"))
                 .clone(),
-            speech: pair(AdapterName::Speech),
-            vision: pair(AdapterName::Vision),
+            speech: pair(LoraAdapter::Speech),
+            vision: pair(LoraAdapter::Vision),
         }
     }
 

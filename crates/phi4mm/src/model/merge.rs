@@ -1,27 +1,32 @@
 //! From a request (ids with expanded placeholders + media) to decoder input: encoders, the
 //! per-request adapter and audio branch, and the placeholder merge — all validated first.
 
-use super::audio::{AudioBranch, AudioEncoding};
-use super::lora::AdapterMode;
+use crate::adapter::{AdapterChoice, AdapterMode, AudioBranch};
+
+use super::audio::AudioEncoding;
 use super::vision::{ImageEncoding, ImageInput};
 use super::Phi4mm;
+
+/// Why a backend's encoder failed (the host encoders never do; a compiled one can fail at
+/// run time). Boxed, since the model does not know the backends' error types.
+pub type EncoderError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The encoders a backend runs media through. The host backend's own encoders are one
 /// implementation, the IREE modules another; validation, adapter choice and the placeholder
 /// merge around them are the same for both.
 pub trait MediaEncoders {
-    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String>;
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, EncoderError>;
     fn encode_audio(
         &self,
         features: &[f32],
         frames: usize,
         branch: AudioBranch,
-    ) -> Result<AudioEncoding, String>;
+    ) -> Result<AudioEncoding, EncoderError>;
 }
 
 /// The host backend's encoders.
 impl MediaEncoders for Phi4mm {
-    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, String> {
+    fn encode_image(&self, image: &ImageInput) -> Result<ImageEncoding, EncoderError> {
         Ok(self.vision.encode(image))
     }
 
@@ -30,7 +35,7 @@ impl MediaEncoders for Phi4mm {
         features: &[f32],
         frames: usize,
         branch: AudioBranch,
-    ) -> Result<AudioEncoding, String> {
+    ) -> Result<AudioEncoding, EncoderError> {
         Ok(self.audio.encode(features, frames, branch))
     }
 }
@@ -43,14 +48,6 @@ pub struct AudioInput {
     pub frames: usize,
 }
 
-/// Adapter selection: `Auto` follows the reference's input modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum AdapterChoice {
-    #[default]
-    Auto,
-    Fixed(AdapterMode),
-}
-
 /// A request as the model sees it: placeholders already expanded to one id per media row.
 #[derive(Clone, Debug, Default)]
 pub struct PromptInput {
@@ -60,21 +57,23 @@ pub struct PromptInput {
     pub adapter: AdapterChoice,
 }
 
-/// Decoder-ready prompt for one row.
+/// One row's prompt after the media stage: token embeddings with the encoders' rows written over
+/// the placeholders, and the row's adapter and audio branch.
 #[derive(Clone, Debug)]
-pub struct PreparedPrompt {
+pub struct MergedPrompt {
     /// `[len, hidden]`.
     pub embeds: Vec<f32>,
     pub len: usize,
     pub adapter: AdapterMode,
-    pub audio_branch: AudioBranch,
+    /// The projection the clips went through; `None` without audio.
+    pub audio_branch: Option<AudioBranch>,
     /// Encoder outputs kept for inspection: per image the tower features, per clip the
     /// Conformer output.
     pub vision_features: Vec<Vec<f32>>,
     pub audio_encoder_out: Vec<Vec<f32>>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error)]
 pub enum InputError {
     #[error("empty prompt")]
     EmptyPrompt,
@@ -105,8 +104,9 @@ pub enum InputError {
     },
     #[error("adapter {0:?} requested but the checkpoint has no such LoRA")]
     AdapterUnavailable(AdapterMode),
-    #[error("{0}")]
-    Backend(String),
+    /// An encoder failed; `what` names the encoder and the medium.
+    #[error("{what}: {cause}")]
+    Encoder { what: String, cause: EncoderError },
 }
 
 fn check_finite(what: impl Fn() -> String, data: &[f32]) -> Result<(), InputError> {
@@ -120,23 +120,6 @@ fn check_finite(what: impl Fn() -> String, data: &[f32]) -> Result<(), InputErro
 }
 
 impl Phi4mm {
-    /// The reference's input modes: text → none, image(s) → vision, audio only → speech, image(s) +
-    /// audio → vision (with the vision branch of the audio projection).
-    pub fn auto_adapter(has_images: bool, has_audio: bool) -> (AdapterMode, AudioBranch) {
-        match (has_images, has_audio) {
-            (false, false) => (AdapterMode::None, AudioBranch::Speech),
-            (true, _) => (
-                AdapterMode::Vision,
-                if has_audio {
-                    AudioBranch::Vision
-                } else {
-                    AudioBranch::Speech
-                },
-            ),
-            (false, true) => (AdapterMode::Speech, AudioBranch::Speech),
-        }
-    }
-
     /// Checks what can be checked without compute: ids, shapes, finiteness, placeholder counts,
     /// context length, adapter availability.
     pub fn validate_input(&self, p: &PromptInput, max_new_tokens: usize) -> Result<(), InputError> {
@@ -174,36 +157,12 @@ impl Phi4mm {
                 context,
             });
         }
-        let v = &c.vision;
-        let crop_len = v.num_channels * v.image_size * v.image_size;
-        let np = v.grid() * v.grid();
         let mut image_rows = 0;
         for (i, img) in p.images.iter().enumerate() {
-            let what = || format!("image {i}");
-            let s = v.image_size;
-            if img.canvas[0] == 0
-                || img.canvas[1] == 0
-                || img.canvas[0] % s != 0
-                || img.canvas[1] % s != 0
-            {
-                return Err(InputError::BadShape {
-                    what: what(),
-                    reason: format!("canvas {:?} is not a multiple of {s}", img.canvas),
-                });
-            }
-            let tiles = (img.canvas[0] / s) * (img.canvas[1] / s);
-            if img.crops != 1 + tiles
-                || img.pixel_values.len() != img.crops * crop_len
-                || img.patch_masks.len() != img.crops * np
-            {
-                return Err(InputError::BadShape {
-                    what: what(),
-                    reason: format!(
-                        "expected {} crops of {crop_len} pixels and {np} mask entries",
-                        1 + tiles
-                    ),
-                });
-            }
+            self.vision.check(img).map_err(|e| InputError::BadShape {
+                what: format!("image {i}"),
+                reason: e.to_string(),
+            })?;
             check_finite(|| format!("pixel values of image {i}"), &img.pixel_values)?;
             image_rows += self.vision.token_count(img);
         }
@@ -249,32 +208,20 @@ impl Phi4mm {
     }
 
     fn resolve_adapter(&self, p: &PromptInput) -> (AdapterMode, AudioBranch) {
-        let (auto, branch) = Self::auto_adapter(!p.images.is_empty(), !p.audios.is_empty());
-        match p.adapter {
-            AdapterChoice::Auto => (auto, branch),
-            AdapterChoice::Fixed(m) => (m, branch),
-        }
+        p.adapter
+            .resolve(!p.images.is_empty(), !p.audios.is_empty())
     }
 
-    /// Validates, runs the encoders and writes their rows over the placeholder ids.
+    /// Validates, runs the host encoders on the model's pool and writes their rows over the
+    /// placeholder ids. (The scheduler's media stage runs them on its own pool instead:
+    /// [`super::HostBackend::media_stage`].)
     pub fn prepare(
         &self,
         p: &PromptInput,
         max_new_tokens: usize,
-    ) -> Result<PreparedPrompt, InputError> {
-        self.install(|| self.prepare_here(p, max_new_tokens))
-    }
-
-    /// As [`Phi4mm::prepare`], but the encoders run on the caller's rayon pool instead of the
-    /// model's: the scheduler's media workers have their own pool, so a large image does not take
-    /// the decoder's threads away from running rows.
-    pub fn prepare_here(
-        &self,
-        p: &PromptInput,
-        max_new_tokens: usize,
-    ) -> Result<PreparedPrompt, InputError> {
+    ) -> Result<MergedPrompt, InputError> {
         let context = self.config.text.max_position_embeddings;
-        self.prepare_with(p, max_new_tokens, self, context)
+        self.install(|| self.prepare_with(p, max_new_tokens, self, context))
     }
 
     /// The media stage with another backend's encoders and context length.
@@ -284,7 +231,7 @@ impl Phi4mm {
         max_new_tokens: usize,
         encoders: &dyn MediaEncoders,
         context: usize,
-    ) -> Result<PreparedPrompt, InputError> {
+    ) -> Result<MergedPrompt, InputError> {
         self.validate_input_within(p, max_new_tokens, context)?;
         let c = &self.config;
         let h = c.text.hidden_size;
@@ -297,7 +244,10 @@ impl Phi4mm {
             for (i, img) in p.images.iter().enumerate() {
                 let enc = encoders
                     .encode_image(img)
-                    .map_err(|e| InputError::Backend(format!("vision encoder, image {i}: {e}")))?;
+                    .map_err(|cause| InputError::Encoder {
+                        what: format!("vision encoder, image {i}"),
+                        cause,
+                    })?;
                 check_finite(
                     || format!("vision encoder output of image {i}"),
                     &enc.embeds,
@@ -311,7 +261,10 @@ impl Phi4mm {
             for (i, a) in p.audios.iter().enumerate() {
                 let enc = encoders
                     .encode_audio(&a.features, a.frames, audio_branch)
-                    .map_err(|e| InputError::Backend(format!("audio encoder, clip {i}: {e}")))?;
+                    .map_err(|cause| InputError::Encoder {
+                        what: format!("audio encoder, clip {i}"),
+                        cause,
+                    })?;
                 check_finite(|| format!("audio encoder output of clip {i}"), &enc.embeds)?;
                 audio_rows.extend_from_slice(&enc.embeds);
                 audio_encoder_out.push(enc.encoder_out);
@@ -322,11 +275,11 @@ impl Phi4mm {
             if !p.audios.is_empty() {
                 scatter(&mut embeds, &p.input_ids, c.audio_token_id, &audio_rows, h);
             }
-            Ok(PreparedPrompt {
+            Ok(MergedPrompt {
                 len: p.input_ids.len(),
                 embeds,
                 adapter,
-                audio_branch,
+                audio_branch: (!p.audios.is_empty()).then_some(audio_branch),
                 vision_features,
                 audio_encoder_out,
             })

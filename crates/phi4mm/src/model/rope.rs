@@ -1,4 +1,5 @@
-//! Partial rotary embedding with LongRoPE factors and magnitude scaling.
+//! Partial rotary embedding with LongRoPE factors and magnitude scaling, and the LongRoPE switch
+//! every backend follows ([`RopeState::plan`]).
 
 use crate::checkpoint::TextConfig;
 
@@ -47,6 +48,11 @@ impl Rope {
             original_max: c.original_max_position_embeddings,
             longrope: lr.is_some(),
         }
+    }
+
+    /// Whether the model has LongRoPE factors at all (else every forward is short).
+    pub fn is_long_capable(&self) -> bool {
+        self.longrope
     }
 
     /// Factor set for a forward whose total visible length is `total_len`.
@@ -105,5 +111,71 @@ impl Rope {
                 }
             }
         }
+    }
+}
+
+/// A row's RoPE bookkeeping, kept by every backend beside its cache: the positions cached, the
+/// factor set they were rotated with, and while that is the short set on a LongRoPE model, the
+/// input embeddings of every cached position.
+#[derive(Clone, Debug)]
+pub struct RopeState {
+    /// Positions in the cache (= position of the next token).
+    pub len: usize,
+    pub mode: RopeMode,
+    /// The reference re-encodes a sequence from scratch with the long factors when it first grows
+    /// past `original_max_position_embeddings`, which needs these; dropped once long.
+    history: Vec<f32>,
+}
+
+/// How a row's new tokens enter its cache in this step ([`RopeState::plan`]).
+pub enum RopePlan<'a> {
+    /// Rotated from the current position with the current factors, appended to the cache.
+    Append(&'a [f32]),
+    /// The row has just crossed the original context with a short-factor cache: its whole
+    /// history and the new tokens, from position 0 with the long factors. The cache restarts
+    /// empty.
+    Reencode(Vec<f32>),
+}
+
+impl RopePlan<'_> {
+    /// The embeddings to run, `[n, hidden]`.
+    pub fn embeds(&self) -> &[f32] {
+        match self {
+            RopePlan::Append(e) => e,
+            RopePlan::Reencode(e) => e,
+        }
+    }
+}
+
+impl Default for RopeState {
+    fn default() -> Self {
+        RopeState {
+            len: 0,
+            mode: RopeMode::Short,
+            history: Vec::new(),
+        }
+    }
+}
+
+impl RopeState {
+    /// Decides how `tokens` new tokens (`embeds`, `[tokens, hidden]`) enter the cache, and moves
+    /// the state to the factor set they run with. The factor set follows the total length (long
+    /// iff cache + new tokens > `original_max_position_embeddings`); the first forward that
+    /// crosses it re-encodes the short-factor history once, as the reference intends. The caller
+    /// advances [`RopeState::len`] by the tokens it runs.
+    pub fn plan<'a>(&mut self, rope: &Rope, embeds: &'a [f32], tokens: usize) -> RopePlan<'a> {
+        let mode = rope.mode_for(self.len + tokens);
+        if mode == RopeMode::Long && self.mode == RopeMode::Short {
+            let mut full = std::mem::take(&mut self.history);
+            full.extend_from_slice(embeds);
+            self.len = 0;
+            self.mode = RopeMode::Long;
+            return RopePlan::Reencode(full);
+        }
+        self.mode = mode;
+        if mode == RopeMode::Short && rope.is_long_capable() {
+            self.history.extend_from_slice(embeds);
+        }
+        RopePlan::Append(embeds)
     }
 }

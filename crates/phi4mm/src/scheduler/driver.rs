@@ -6,11 +6,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sampling::{Logprobs, Sampler};
+use crate::sampling::Logprobs;
 
 use super::queue::panic_message;
-use super::row::{Row, RowEnd, RowInit};
-use super::{Detokenize, FinishReason, Outcome, Ready, RowError, Shared, StepBackend, StepRow};
+use super::row::{Row, RowEnd};
+use crate::step::{StepBackend, StepRow};
+
+use super::{Detokenize, FinishReason, Outcome, Ready, RowError, Shared};
 
 /// Longest sleep while idle; waiting jobs with deadlines are re-checked at least this often.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
@@ -166,20 +168,7 @@ fn iterate<B: StepBackend>(
 }
 
 fn new_row<B: StepBackend>(backend: &B, ready: Ready) -> Row<B::State> {
-    let Ready { job, prepared } = ready;
-    // Unseeded requests still get a reproducible, per-request stream.
-    let default_seed = job.id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    Row::new(RowInit {
-        id: job.id,
-        adapter: prepared.adapter,
-        audio_branch: prepared.audio_branch,
-        state: backend.new_state(),
-        prompt: prepared.embeds,
-        prompt_tokens: prepared.prompt_tokens,
-        sampler: Sampler::new(job.generation.sampling.clone(), default_seed),
-        generation: job.generation,
-        sink: job.sink,
-    })
+    Row::new(ready.job, ready.prompt, backend.new_state())
 }
 
 fn publish<S>(st: &mut super::State, slots: &[Option<Row<S>>]) {

@@ -11,12 +11,9 @@
 //!   entry at once, or the slot at the next step boundary; every admitted row gets a fresh decoder
 //!   state and sampler, so a reused slot starts clean.
 
-mod backend;
 mod driver;
 mod queue;
 mod row;
-
-pub use backend::{HostBackend, MediaStage, StepBackend, StepRow};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,14 +21,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::model::{AdapterMode, AudioBranch};
+use crate::adapter::{AdapterMode, AudioBranch};
 use crate::sampling::{Logprobs, SamplingConfig};
+use crate::step::StepBackend;
 
 /// Token ids → text (for streaming text and stop strings).
 pub type Detokenize = Arc<dyn Fn(&[u32]) -> String + Send + Sync>;
 
-/// A prompt ready for the decoder.
-pub struct Prepared {
+/// A prompt as a row takes it: the output of a job's prepare function.
+pub struct RowPrompt {
     /// `[prompt_tokens, hidden]`.
     pub embeds: Vec<f32>,
     pub prompt_tokens: usize,
@@ -82,7 +80,7 @@ pub trait RowSink: Send + 'static {
 }
 
 /// Turns a job's raw input into decoder input; runs on the media pool.
-pub type PrepareFn = Box<dyn FnOnce() -> Result<Prepared, RowError> + Send>;
+pub type PrepareFn = Box<dyn FnOnce() -> Result<RowPrompt, RowError> + Send>;
 
 pub struct Job {
     pub id: u64,
@@ -90,13 +88,13 @@ pub struct Job {
     /// preparing; placeholders count once per medium until prepared).
     pub prompt_tokens: usize,
     pub prepare: PrepareFn,
-    pub generation: Generation,
+    pub generation: GenerationParams,
     pub sink: Box<dyn RowSink>,
 }
 
 /// How a job generates and when it stops; it travels unchanged from admission to the slot.
 #[derive(Clone, Debug)]
-pub struct Generation {
+pub struct GenerationParams {
     pub sampling: SamplingConfig,
     /// Report log probabilities with every token: the sampled one's and this many best.
     pub logprobs: Option<usize>,
@@ -107,10 +105,10 @@ pub struct Generation {
     pub deadline: Option<Instant>,
 }
 
-impl Generation {
+impl GenerationParams {
     /// Greedy, `max_new_tokens` at most, no stops, no log probabilities, no deadline.
     pub fn greedy(max_new_tokens: usize) -> Self {
-        Generation {
+        GenerationParams {
             sampling: SamplingConfig::default(),
             logprobs: None,
             max_new_tokens,
@@ -191,14 +189,14 @@ pub(crate) fn adapter_index(a: AdapterMode) -> usize {
 /// A prepared job waiting for a slot.
 pub(crate) struct Ready {
     pub job: JobRest,
-    pub prepared: Prepared,
+    pub prompt: RowPrompt,
 }
 
 /// A job without its prepare function.
 pub(crate) struct JobRest {
     pub id: u64,
     pub prompt_tokens: usize,
-    pub generation: Generation,
+    pub generation: GenerationParams,
     pub sink: Box<dyn RowSink>,
 }
 
@@ -296,7 +294,7 @@ impl Scheduler {
 
     pub fn submit(&self, job: Job) -> Result<(), Refusal> {
         if let Err(e) = job.generation.sampling.validate() {
-            return Err(Refusal::Invalid(e));
+            return Err(Refusal::Invalid(e.to_string()));
         }
         if job.generation.max_new_tokens == 0 {
             return Err(Refusal::Invalid("max_tokens must be at least 1".into()));

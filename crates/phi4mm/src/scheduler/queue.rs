@@ -77,15 +77,12 @@ pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, prepare: Pr
         return job.sink.done(cancelled());
     }
     match result {
-        Ok(prepared) => {
+        Ok(prompt) => {
             // Charge the real prompt length from now on.
-            let charged = st
-                .waiting
-                .insert(job.id, prepared.prompt_tokens)
-                .unwrap_or(0);
-            st.queued_tokens = st.queued_tokens - charged + prepared.prompt_tokens;
-            job.prompt_tokens = prepared.prompt_tokens;
-            st.ready.push_back(Ready { job, prepared });
+            let charged = st.waiting.insert(job.id, prompt.prompt_tokens).unwrap_or(0);
+            st.queued_tokens = st.queued_tokens - charged + prompt.prompt_tokens;
+            job.prompt_tokens = prompt.prompt_tokens;
+            st.ready.push_back(Ready { job, prompt });
             drop(st);
             shared.wake.notify_all();
         }

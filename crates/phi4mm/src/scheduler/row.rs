@@ -1,10 +1,10 @@
 //! What one slot owns while a request runs: its decoder state, adapter and audio branch, prompt
 //! still to prefill, sampler, stop conditions, budget, and the text already streamed.
 
-use crate::model::{AdapterMode, AudioBranch};
+use crate::adapter::{AdapterMode, AudioBranch};
 use crate::sampling::Sampler;
 
-use super::{Detokenize, Generation, RowSink};
+use super::{Detokenize, GenerationParams, JobRest, RowPrompt, RowSink};
 
 /// Why a row stops after the token just sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,40 +30,37 @@ pub(crate) struct Row<S> {
     pub next_input: Vec<f32>,
     pub sampler: Sampler,
     /// Budget, stops, deadline, log probabilities (empty stop strings dropped).
-    pub generation: Generation,
+    pub generation: GenerationParams,
     pub sink: Box<dyn RowSink>,
     pub tokens: Vec<u32>,
     /// Bytes of the decoded text already sent.
     emitted: usize,
 }
 
-pub(crate) struct RowInit<S> {
-    pub id: u64,
-    pub adapter: AdapterMode,
-    pub audio_branch: Option<AudioBranch>,
-    pub state: S,
-    pub prompt: Vec<f32>,
-    pub prompt_tokens: usize,
-    pub sampler: Sampler,
-    pub generation: Generation,
-    pub sink: Box<dyn RowSink>,
-}
-
 impl<S> Row<S> {
-    pub fn new(mut i: RowInit<S>) -> Self {
-        i.generation.stop_strings.retain(|s| !s.is_empty());
+    /// The row of a job that got a slot, with a fresh decoder `state` and a fresh sampler.
+    pub fn new(job: JobRest, prompt: RowPrompt, state: S) -> Self {
+        let JobRest {
+            id,
+            mut generation,
+            sink,
+            ..
+        } = job;
+        generation.stop_strings.retain(|s| !s.is_empty());
+        // Unseeded requests still get a reproducible, per-request stream.
+        let default_seed = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         Row {
-            id: i.id,
-            adapter: i.adapter,
-            audio_branch: i.audio_branch,
-            state: i.state,
-            prompt: i.prompt,
-            prompt_tokens: i.prompt_tokens,
+            id,
+            adapter: prompt.adapter,
+            audio_branch: prompt.audio_branch,
+            state,
+            prompt: prompt.embeds,
+            prompt_tokens: prompt.prompt_tokens,
             prefilled: 0,
             next_input: Vec::new(),
-            sampler: i.sampler,
-            generation: i.generation,
-            sink: i.sink,
+            sampler: Sampler::new(generation.sampling.clone(), default_seed),
+            generation,
+            sink,
             tokens: Vec::new(),
             emitted: 0,
         }
@@ -141,7 +138,6 @@ fn longest_tail_prefix(text: &str, pattern: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::SamplingConfig;
     use std::sync::Arc;
 
     struct Null;
@@ -156,21 +152,23 @@ mod tests {
     }
 
     fn row(stop_strings: &[&str], max: usize) -> Row<()> {
-        Row::new(RowInit {
+        let job = JobRest {
             id: 1,
-            adapter: AdapterMode::None,
-            audio_branch: None,
-            state: (),
-            prompt: vec![],
             prompt_tokens: 1,
-            sampler: Sampler::new(SamplingConfig::default(), 0),
-            generation: Generation {
+            generation: GenerationParams {
                 stop_ids: vec![0],
                 stop_strings: stop_strings.iter().map(|s| s.to_string()).collect(),
-                ..Generation::greedy(max)
+                ..GenerationParams::greedy(max)
             },
             sink: Box::new(Null),
-        })
+        };
+        let prompt = RowPrompt {
+            embeds: vec![],
+            prompt_tokens: 1,
+            adapter: AdapterMode::None,
+            audio_branch: None,
+        };
+        Row::new(job, prompt, ())
     }
 
     /// Token `i` decodes to the i-th character of a fixed string; 0 is "" (EOS).

@@ -4,9 +4,11 @@
 //! the host's projection), and both projection branches against the host encoder.
 
 use crate::model_support::*;
+use switchyard_fixtures::max_abs_diff;
+use switchyard_phi4mm::adapter::AudioBranch;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::iree::audio::IreeAudio;
-use switchyard_phi4mm::model::{AudioBranch, AudioEncoder};
+use switchyard_phi4mm::model::AudioEncoder;
 
 const TOL: f32 = 1e-4;
 

@@ -51,7 +51,9 @@ fn request<'a>(entry: &'a str, weights: &'a [WeightSpec]) -> ModuleRequest<'a> {
 
 fn load(cache: &ArtifactCache, c: &IreeCompiler, req: &ModuleRequest) -> LoadedArtifact {
     let id = c.identity(cache).unwrap();
-    cache.load_or_compile(req, &id, |m| c.compile(m)).unwrap()
+    cache
+        .load_or_compile(req, &id, |m| c.compile(m).map_err(|e| e.to_string()))
+        .unwrap()
 }
 
 fn inputs() -> (Vec<f32>, Vec<f32>) {
@@ -166,7 +168,9 @@ fn eight_threads_compile_once() {
                     let id = c.identity(&cache).unwrap();
                     barrier.wait();
                     let a = cache
-                        .load_or_compile(&request("test.main", &w), &id, |m| c.compile(m))
+                        .load_or_compile(&request("test.main", &w), &id, |m| {
+                            c.compile(m).map_err(|e| e.to_string())
+                        })
                         .unwrap();
                     (a, cache.compiles())
                 })
@@ -213,7 +217,7 @@ fn child_loader() {
     let id = c.identity(&cache).unwrap();
     let a = cache
         .load_or_compile(&request("test.main", &w), &id, |m| {
-            let bytes = c.compile(m)?;
+            let bytes = c.compile(m).map_err(|e| e.to_string())?;
             match mode.as_str() {
                 // Widen the window in which the other process finds the entry being compiled.
                 "load" => std::thread::sleep(Duration::from_millis(1500)),
@@ -316,7 +320,9 @@ fn sigkilled_compiler_is_taken_over() {
     std::thread::scope(|s| {
         let waiter = s.spawn(|| {
             cache
-                .load_or_compile(&request("test.main", &w), &id, |m| c.compile(m))
+                .load_or_compile(&request("test.main", &w), &id, |m| {
+                    c.compile(m).map_err(|e| e.to_string())
+                })
                 .unwrap()
         });
         std::thread::sleep(Duration::from_millis(700));
@@ -446,7 +452,9 @@ fn assert_changed_request_rebuilds(
     let w2 = changed_weights.unwrap_or_else(|| w.clone());
     let id2 = changed_identity(c2.identity(&cache).unwrap());
     let a = cache
-        .load_or_compile(&request("test.main", &w2), &id2, |m| c2.compile(m))
+        .load_or_compile(&request("test.main", &w2), &id2, |m| {
+            c2.compile(m).map_err(|e| e.to_string())
+        })
         .unwrap();
     assert!(a.compiled, "changed identity must compile, never load");
     assert_eq!(cache.compiles(), 2);

@@ -4,8 +4,8 @@
 //! 8 greedy tokens exact.
 
 use crate::model_support::*;
-use switchyard_phi4mm::model::argmax;
-use switchyard_phi4mm::scheduler::{StepBackend, StepRow};
+use switchyard_phi4mm::sampling::argmax;
+use switchyard_phi4mm::step::{StepBackend, StepRow};
 
 fn run(layout: &str) {
     let dec = crate::iree_support::decoder(layout);
@@ -49,12 +49,7 @@ fn run(layout: &str) {
             1e-4,
             1e-4,
         );
-        let want_tokens: Vec<u32> = refs
-            .i64(&t("greedy_tokens"))
-            .0
-            .iter()
-            .map(|&i| i as u32)
-            .collect();
+        let want_tokens = reference_tokens(case);
         let mut tokens = Vec::new();
         while tokens.len() < want_tokens.len() {
             let next = argmax(&logits);

@@ -4,6 +4,7 @@
 //! the whole encoding against the host `VisionEncoder` (always).
 
 use crate::model_support::*;
+use switchyard_fixtures::max_abs_diff;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::iree::vision::IreeVision;
 use switchyard_phi4mm::model::VisionEncoder;

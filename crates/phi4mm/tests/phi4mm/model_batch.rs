@@ -3,16 +3,17 @@
 //! validation refuses bad requests before compute.
 
 use crate::model_support::*;
+use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{
-    argmax, AdapterChoice, AdapterMode, InputError, Phi4mm, PreparedPrompt, PromptInput, RowStep,
-};
+use switchyard_phi4mm::model::{InputError, MergedPrompt, Phi4mm, PromptInput};
+use switchyard_phi4mm::sampling::argmax;
+use switchyard_phi4mm::step::StepRow;
 
 fn load() -> Phi4mm {
     Phi4mm::load(&Checkpoint::open(&fixture().join("model")).unwrap(), 2)
 }
 
-fn prepared(model: &Phi4mm, case: &str, adapter: &str) -> PreparedPrompt {
+fn prepared(model: &Phi4mm, case: &str, adapter: &str) -> MergedPrompt {
     let m = &manifest()["model_cases"]["cases"][case];
     let ids: Vec<u32> = model_cases()
         .i64(&format!("{case}.input_ids"))
@@ -67,7 +68,7 @@ fn run_mixed(batch: &str) {
         .iter()
         .map(|r| r.as_str().unwrap())
         .collect();
-    let prompts: Vec<PreparedPrompt> = cases
+    let prompts: Vec<MergedPrompt> = cases
         .iter()
         .zip(&adapters)
         .map(|(c, a)| prepared(&model, c, a))
@@ -80,11 +81,11 @@ fn run_mixed(batch: &str) {
     model.install(|| {
         let mut inputs: Vec<Vec<f32>> = prompts.iter().map(|p| p.embeds.clone()).collect();
         for step in 0..8 {
-            let mut rows: Vec<RowStep> = states
+            let mut rows: Vec<StepRow<_>> = states
                 .iter_mut()
                 .zip(&inputs)
                 .zip(&prompts)
-                .map(|((state, embeds), p)| RowStep {
+                .map(|((state, embeds), p)| StepRow {
                     state,
                     embeds,
                     adapter: p.adapter,

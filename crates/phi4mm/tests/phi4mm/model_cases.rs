@@ -1,15 +1,16 @@
 //! Every model case of the phi4mm-tiny fixture, from both checkpoint layouts: intermediates,
 //! first-step logits and 8 greedy tokens against the independent reference.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::model_support::*;
+use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, Phi4mm};
+use switchyard_phi4mm::model::Phi4mm;
 
-fn model(layout_dir: &str) -> &'static Phi4mm {
-    static NATIVE: OnceLock<Phi4mm> = OnceLock::new();
-    static ORIGINAL: OnceLock<Phi4mm> = OnceLock::new();
+fn model(layout_dir: &str) -> &'static Arc<Phi4mm> {
+    static NATIVE: OnceLock<Arc<Phi4mm>> = OnceLock::new();
+    static ORIGINAL: OnceLock<Arc<Phi4mm>> = OnceLock::new();
     let cell = if layout_dir == "model" {
         &NATIVE
     } else {
@@ -17,7 +18,7 @@ fn model(layout_dir: &str) -> &'static Phi4mm {
     };
     cell.get_or_init(|| {
         let ck = Checkpoint::open(&fixture().join(layout_dir)).expect("fixture checkpoint");
-        Phi4mm::load(&ck, 2)
+        Arc::new(Phi4mm::load(&ck, 2))
     })
 }
 
@@ -73,25 +74,8 @@ fn run_case(layout_dir: &str, case: &str) {
     }
 
     // EOS ignored: always 8 tokens.
-    let out = model.generate(&prepared, 8, &[]);
-    let (want_logits, _) = refs.f32(&t("logits_first"));
-    assert_matches_reference(
-        &format!("{case} logits_first"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want_tokens: Vec<u32> = refs
-        .i64(&t("greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(
-        out.tokens, want_tokens,
-        "{case} ({layout_dir}): greedy tokens"
-    );
+    let out = host_greedy(model, &prepared, 8);
+    assert_matches_case(&format!("{case} ({layout_dir})"), case, &out);
 }
 
 macro_rules! cases {
@@ -151,22 +135,8 @@ fn run_case_from_wav(case: &str, wav: &str) {
         frames: f.frames,
     }];
     let prepared = model.prepare(&input, 8).expect("valid input");
-    let out = model.generate(&prepared, 8, &[]);
-    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
-    assert_matches_reference(
-        &format!("{case} from {wav}"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want: Vec<u32> = model_cases()
-        .i64(&format!("{case}.greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(out.tokens, want, "{case} from {wav}");
+    let out = host_greedy(model, &prepared, 8);
+    assert_matches_case(&format!("{case} from {wav}"), case, &out);
 }
 
 #[test]
@@ -224,22 +194,8 @@ fn run_chat_case(layout_dir: &str, case: &str) {
         "{case}: input_ids from the messages"
     );
     let prepared = model.prepare(&input, 8).expect("valid input");
-    let out = model.generate(&prepared, 8, &[]);
-    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
-    assert_matches_reference(
-        &format!("{case} chat logits_first"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want: Vec<u32> = model_cases()
-        .i64(&format!("{case}.greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(out.tokens, want, "{case} ({layout_dir}) from messages");
+    let out = host_greedy(model, &prepared, 8);
+    assert_matches_case(&format!("{case} ({layout_dir}) from messages"), case, &out);
     let text = prompt.tokenizer().decode(&out.tokens, true).unwrap();
     assert_eq!(
         text,
@@ -284,22 +240,8 @@ fn run_case_from_png(case: &str) {
         })
         .collect();
     let prepared = model.prepare(&input, 8).expect("valid input");
-    let out = model.generate(&prepared, 8, &[]);
-    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
-    assert_matches_reference(
-        &format!("{case} from png"),
-        &out.logits_first,
-        &want_logits,
-        1e-4,
-        1e-4,
-    );
-    let want: Vec<u32> = model_cases()
-        .i64(&format!("{case}.greedy_tokens"))
-        .0
-        .iter()
-        .map(|&i| i as u32)
-        .collect();
-    assert_eq!(out.tokens, want, "{case} from png");
+    let out = host_greedy(model, &prepared, 8);
+    assert_matches_case(&format!("{case} from png"), case, &out);
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::model_support::fixture;
 use safetensors::{Dtype, SafeTensors};
-use switchyard_phi4mm::checkpoint::{AdapterName, Checkpoint, CheckpointError, Layout};
+use switchyard_phi4mm::checkpoint::{Checkpoint, CheckpointError, Layout, LoraAdapter};
 
 #[test]
 fn both_layouts_load_to_identical_tensors() {
@@ -39,7 +39,7 @@ fn both_layouts_load_to_identical_tensors() {
     assert_eq!(native.config.audio, original.config.audio);
     assert_eq!(native.config.speech_lora, original.config.speech_lora);
     assert!(native
-        .lora(1, "mlp.down_proj", AdapterName::Speech)
+        .lora(1, "mlp.down_proj", LoraAdapter::Speech)
         .is_some());
 }
 

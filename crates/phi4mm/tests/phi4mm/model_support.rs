@@ -1,11 +1,16 @@
 //! Shared helpers for the model tests: fixture paths, reference tensors, and model inputs built
 //! from the fixture's precomputed features and preprocessed images.
 
-use switchyard_phi4mm::model::{AdapterChoice, AdapterMode, AudioInput, ImageInput, PromptInput};
+use std::sync::Arc;
+use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
+
+use switchyard_phi4mm::model::{
+    AudioInput, HostBackend, ImageInput, MergedPrompt, Phi4mm, PromptInput,
+};
+use switchyard_phi4mm::step::{greedy, GreedyOutput};
 
 pub use switchyard_fixtures::{
-    assert_matches_reference, audio_features, fixture, image_preprocessing, manifest, max_abs_diff,
-    model_cases,
+    assert_matches_reference, audio_features, fixture, image_preprocessing, manifest, model_cases,
 };
 
 /// The fixture's log-mel features of a clip.
@@ -119,4 +124,44 @@ pub fn case_adapter(case: &str) -> AdapterMode {
         "vision" => AdapterMode::Vision,
         other => panic!("adapter {other}"),
     }
+}
+
+/// Greedy decoding of a prepared prompt on the host backend, `max_new_tokens` exactly (EOS
+/// ignored).
+pub fn host_greedy(
+    model: &Arc<Phi4mm>,
+    prompt: &MergedPrompt,
+    max_new_tokens: usize,
+) -> GreedyOutput {
+    greedy(
+        &HostBackend(model.clone()),
+        &prompt.embeds,
+        prompt.adapter,
+        max_new_tokens,
+        &[],
+    )
+}
+
+/// The reference's greedy tokens of a case (`<case>.greedy_tokens`).
+pub fn reference_tokens(case: &str) -> Vec<u32> {
+    model_cases()
+        .i64(&format!("{case}.greedy_tokens"))
+        .0
+        .iter()
+        .map(|&i| i as u32)
+        .collect()
+}
+
+/// A greedy run of `case` against the reference: first-step logits within
+/// `1e-4 + 1e-4·|ref|`, the tokens exact. `what` labels the failure.
+pub fn assert_matches_case(what: &str, case: &str, out: &GreedyOutput) {
+    let (want_logits, _) = model_cases().f32(&format!("{case}.logits_first"));
+    assert_matches_reference(
+        &format!("{what} logits_first"),
+        &out.logits_first,
+        &want_logits,
+        1e-4,
+        1e-4,
+    );
+    assert_eq!(out.tokens, reference_tokens(case), "{what}: greedy tokens");
 }

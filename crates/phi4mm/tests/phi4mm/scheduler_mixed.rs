@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use crate::model_support::*;
 use crate::scheduler_support::*;
-use switchyard_phi4mm::scheduler::{
-    FinishReason, HostBackend, Outcome, Scheduler, SchedulerConfig,
-};
+use switchyard_phi4mm::model::HostBackend;
+use switchyard_phi4mm::scheduler::{FinishReason, Outcome, Scheduler, SchedulerConfig};
 
 fn run_batch(batch: &str, prefill_chunk: usize) {
     let b = &manifest()["mixed_batches"][batch];

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::scheduler_support::*;
+use switchyard_phi4mm::model::HostBackend;
 use switchyard_phi4mm::scheduler::{
-    FinishReason, HostBackend, Outcome, Refusal, RowError, Scheduler, SchedulerConfig,
-    SchedulerStats,
+    FinishReason, Outcome, Refusal, RowError, Scheduler, SchedulerConfig, SchedulerStats,
 };
 
 struct Harness {

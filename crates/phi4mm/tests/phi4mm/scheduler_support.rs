@@ -6,10 +6,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::model_support::*;
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::model::{AdapterChoice, Phi4mm, PromptInput};
+use switchyard_phi4mm::model::{HostBackend, Phi4mm, PromptInput};
 use switchyard_phi4mm::sampling::Logprobs;
-use switchyard_phi4mm::scheduler::{Generation, HostBackend, Job, MediaStage, Outcome, RowSink};
+use switchyard_phi4mm::scheduler::{GenerationParams, Job, Outcome, RowSink};
 
 pub fn model() -> Arc<Phi4mm> {
     static M: OnceLock<Arc<Phi4mm>> = OnceLock::new();
@@ -40,11 +41,11 @@ pub fn case_tokens(case: &str) -> Vec<u32> {
         .collect()
 }
 
-/// The solo path: the request alone through `Phi4mm::generate`, greedy, no early stop.
+/// The solo path: the request alone through greedy decoding on the host backend, no early stop.
 pub fn solo(input: &PromptInput, max_new_tokens: usize) -> (Vec<u32>, Vec<f32>) {
     let model = model();
     let p = model.prepare(input, max_new_tokens).unwrap();
-    let g = model.generate(&p, max_new_tokens, &[]);
+    let g = host_greedy(&model, &p, max_new_tokens);
     (g.tokens, g.logits_first)
 }
 
@@ -116,8 +117,8 @@ pub fn job(
     Job {
         id,
         prompt_tokens: input.input_ids.len(),
-        prepare: backend.prepare_fn(input, max),
-        generation: Generation::greedy(max),
+        prepare: backend.media_stage().prepare_fn(input, max),
+        generation: GenerationParams::greedy(max),
         sink: Box::new(sink),
     }
 }

@@ -21,7 +21,7 @@
 use crate::checkpoint::schema::AUDIO_PREFIX;
 use crate::checkpoint::{AudioConfig, Checkpoint};
 
-use crate::iree::mlir::{self, Bin, Cmp, DType, Func, Ty, V};
+use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, TensorType, Value};
 use crate::iree::weights::Weights;
 
 /// Encoder rows one `subsample` call produces for the caller (plus one halo row on each side).
@@ -43,13 +43,13 @@ pub struct AudioModule {
 }
 
 struct Lin {
-    w: V,
-    b: V,
+    w: Value,
+    b: Value,
 }
 
 struct LnW {
-    w: V,
-    b: V,
+    w: Value,
+    b: Value,
 }
 
 struct FfW {
@@ -68,23 +68,23 @@ struct BlockW {
     o: Lin,
     conv_norm: LnW,
     glu_pw: Lin,
-    b1: V,
-    b2: V,
-    dw_w: V,
-    dw_b: V,
+    b1: Value,
+    b2: Value,
+    dw_w: Value,
+    dw_b: Value,
     pw: Lin,
     ext_pw: Lin,
     ln_out: LnW,
 }
 
 struct AudioW {
-    mean: V,
-    invstd: V,
+    mean: Value,
+    invstd: Value,
     conv0: Lin,
     /// (depthwise, pointwise) per later stride-2 stage.
     stages: Vec<(Lin, Lin)>,
     embed_out: Lin,
-    bias_values: V,
+    bias_values: Value,
     blocks: Vec<BlockW>,
     speech: (Lin, Lin),
     vision: (Lin, Lin),
@@ -97,7 +97,7 @@ struct Decl<'a> {
 }
 
 impl Decl<'_> {
-    fn t(&mut self, f: &mut Func, name: &str) -> V {
+    fn t(&mut self, f: &mut Func, name: &str) -> Value {
         self.w.arg(f, name, self.ck.tensor(name))
     }
 
@@ -220,31 +220,31 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> AudioW {
     }
 }
 
-fn linear(f: &mut Func, x: &V, l: &Lin) -> V {
+fn linear(f: &mut Func, x: &Value, l: &Lin) -> Value {
     let y = f.linear_t(x, &l.w);
     f.add(&y, &l.b)
 }
 
-fn relu(f: &mut Func, x: &V) -> V {
+fn relu(f: &mut Func, x: &Value) -> Value {
     let z = f.splat(0.0, x.shape());
-    f.bin(Bin::Max, x, &z)
+    f.binary(BinaryOp::Max, x, &z)
 }
 
 /// Zeroes positions of dimension `dim` outside `[lo, hi)` (scalar i32 tensors).
-fn mask_range(f: &mut Func, x: &V, dim: usize, lo: &V, hi: &V) -> V {
+fn mask_range(f: &mut Func, x: &Value, dim: usize, lo: &Value, hi: &Value) -> Value {
     let shape = x.shape().to_vec();
     let pos = f.iota(&shape, dim, DType::I32);
     let lo = f.broadcast(lo, &shape, &[]);
     let hi = f.broadcast(hi, &shape, &[]);
-    let ge = f.compare(&pos, &lo, Cmp::Ge);
-    let lt = f.compare(&pos, &hi, Cmp::Lt);
-    let keep = f.bin(Bin::And, &ge, &lt);
+    let ge = f.compare(&pos, &lo, Comparison::Ge);
+    let lt = f.compare(&pos, &hi, Comparison::Lt);
+    let keep = f.binary(BinaryOp::And, &ge, &lt);
     let z = f.splat(0.0, &shape);
     f.select(&keep, x, &z)
 }
 
 /// Adds a per-channel bias to an NCHW tensor.
-fn add_channel_bias(f: &mut Func, x: &V, b: &V) -> V {
+fn add_channel_bias(f: &mut Func, x: &Value, b: &Value) -> Value {
     let shape = x.shape().to_vec();
     let b = f.broadcast(b, &shape, &[1]);
     f.add(x, &b)
@@ -259,10 +259,10 @@ fn emit_subsample(ck: &Checkpoint, w: &mut Weights) -> Func {
     let aw = declare(&mut f, w, ck);
     let n = (SUB_ROWS + 2) * c.time_reduction;
     let fin = c.input_size;
-    let x = f.arg(Ty::f32(&[n, fin]));
-    let bounds = f.arg(Ty::i32(&[2 * (stages + 1)]));
-    let lo: Vec<V> = (0..=stages).map(|k| f.scalar_at(&bounds, 2 * k)).collect();
-    let hi: Vec<V> = (0..=stages)
+    let x = f.arg(TensorType::f32(&[n, fin]));
+    let bounds = f.arg(TensorType::i32(&[2 * (stages + 1)]));
+    let lo: Vec<Value> = (0..=stages).map(|k| f.scalar_at(&bounds, 2 * k)).collect();
+    let hi: Vec<Value> = (0..=stages)
         .map(|k| f.scalar_at(&bounds, 2 * k + 1))
         .collect();
 
@@ -297,7 +297,7 @@ fn emit_subsample(ck: &Checkpoint, w: &mut Weights) -> Func {
 
 /// T5 relative bias `[heads, w, w]`: `bias_values[clamp(j − i, −D, D−1) + D][h]`, as a one-hot
 /// contraction (exact: one non-zero term per entry).
-fn relative_bias(f: &mut Func, bias_values: &V, w: usize, dmax: usize) -> V {
+fn relative_bias(f: &mut Func, bias_values: &Value, w: usize, dmax: usize) -> Value {
     let buckets = 2 * dmax;
     let shape = [w, w, buckets];
     let i = f.iota(&shape, 0, DType::I32);
@@ -307,19 +307,19 @@ fn relative_bias(f: &mut Func, bias_values: &V, w: usize, dmax: usize) -> V {
     let lo = f.broadcast(&lo, &shape, &[]);
     let hi = f.splat_i32(dmax as i32 - 1, &[]);
     let hi = f.broadcast(&hi, &shape, &[]);
-    let r = f.bin(Bin::Max, &r, &lo);
-    let r = f.bin(Bin::Min, &r, &hi);
+    let r = f.binary(BinaryOp::Max, &r, &lo);
+    let r = f.binary(BinaryOp::Min, &r, &hi);
     let off = f.splat_i32(dmax as i32, &[]);
     let off = f.broadcast(&off, &shape, &[]);
     let r = f.add(&r, &off);
     let b = f.iota(&shape, 2, DType::I32);
-    let hot = f.compare(&r, &b, Cmp::Eq);
+    let hot = f.compare(&r, &b, Comparison::Eq);
     let hot = f.convert(&hot, DType::F32);
     let bias = f.dot_general(&hot, bias_values, (&[], &[]), (&[2], &[0])); // [w, w, heads]
     f.transpose(&bias, &[2, 0, 1])
 }
 
-fn feed_forward(f: &mut Func, ff: &FfW, x: &V, inter: usize) -> V {
+fn feed_forward(f: &mut Func, ff: &FfW, x: &Value, inter: usize) -> Value {
     let t = x.dim(0);
     let h = f.layer_norm(x, &ff.norm.w, &ff.norm.b, LN_EPS);
     let u = linear(f, &h, &ff.up);
@@ -333,7 +333,14 @@ fn feed_forward(f: &mut Func, ff: &FfW, x: &V, inter: usize) -> V {
 
 const LN_EPS: f32 = 1e-5;
 
-fn block(f: &mut Func, b: &BlockW, c: &AudioConfig, x: V, bias: &V, key_ok: &V) -> V {
+fn block(
+    f: &mut Func,
+    b: &BlockW,
+    c: &AudioConfig,
+    x: Value,
+    bias: &Value,
+    key_ok: &Value,
+) -> Value {
     let (t, d) = (x.dim(0), x.dim(1));
     let ff = feed_forward(f, &b.ff_in, &x, c.intermediate_size);
     let ff = f.scale(&ff, 0.5);
@@ -388,7 +395,7 @@ fn block(f: &mut Func, b: &BlockW, c: &AudioConfig, x: V, bias: &V, key_ok: &V) 
     f.layer_norm(&x, &b.ln_out.w, &b.ln_out.b, LN_EPS)
 }
 
-fn project(f: &mut Func, x: &V, p: &(Lin, Lin)) -> V {
+fn project(f: &mut Func, x: &Value, p: &(Lin, Lin)) -> Value {
     let h = linear(f, x, &p.0);
     let h = f.gelu_erf(&h);
     linear(f, &h, &p.1)
@@ -401,15 +408,15 @@ fn emit_window(ck: &Checkpoint, wlen: usize, w: &mut Weights) -> Func {
     let mut f = Func::new(&format!("window_w{wlen}"));
     let aw = declare(&mut f, w, ck);
     let d = c.hidden_size;
-    let mut x = f.arg(Ty::f32(&[wlen, d]));
-    let valid = f.arg(Ty::i32(&[1]));
-    let mode = f.arg(Ty::i32(&[1]));
+    let mut x = f.arg(TensorType::f32(&[wlen, d]));
+    let valid = f.arg(TensorType::i32(&[1]));
+    let mode = f.arg(TensorType::i32(&[1]));
     let bias = relative_bias(&mut f, &aw.bias_values, wlen, c.bias_max_distance);
     let shape = [c.num_heads, wlen, wlen];
     let key = f.iota(&shape, 2, DType::I32);
     let nv = f.scalar_at(&valid, 0);
     let nv = f.broadcast(&nv, &shape, &[]);
-    let key_ok = f.compare(&key, &nv, Cmp::Lt);
+    let key_ok = f.compare(&key, &nv, Comparison::Lt);
     for b in &aw.blocks {
         x = block(&mut f, b, c, x, &bias, &key_ok);
     }
@@ -417,7 +424,7 @@ fn emit_window(ck: &Checkpoint, wlen: usize, w: &mut Weights) -> Func {
     let vision = project(&mut f, &x, &aw.vision);
     let m = f.scalar_at(&mode, 0);
     let one = f.splat_i32(1, &[]);
-    let is_vision = f.compare(&m, &one, Cmp::Eq);
+    let is_vision = f.compare(&m, &one, Comparison::Eq);
     let is_vision = f.broadcast(&is_vision, speech.shape(), &[]);
     let proj = f.select(&is_vision, &vision, &speech);
     f.ret(vec![x, proj]);

@@ -9,9 +9,9 @@
 //! backend does). Per-row LoRA: each adapter's A and B run over all rows of the call, multiplied
 //! by a per-row 0/1 mask, so rows choose their adapter at run time with no global adapter state.
 
-use crate::checkpoint::{AdapterName, Checkpoint, TextConfig};
+use crate::checkpoint::{Checkpoint, LoraAdapter, TextConfig};
 
-use crate::iree::mlir::{self, Bin, Cmp, DType, Func, Ty, V};
+use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, TensorType, Value};
 use crate::iree::weights::Weights;
 
 /// Static sizes a decoder module is built for (part of its cache identity).
@@ -32,20 +32,20 @@ pub struct DecoderModule {
 }
 
 struct LoraW {
-    a: V,
-    b: V,
+    a: Value,
+    b: Value,
     scale: f32,
 }
 
 struct ProjW {
-    base: V,
+    base: Value,
     speech: Option<LoraW>,
     vision: Option<LoraW>,
 }
 
 struct LayerW {
-    input_norm: V,
-    post_norm: V,
+    input_norm: Value,
+    post_norm: Value,
     qkv: ProjW,
     o: ProjW,
     gate_up: ProjW,
@@ -54,8 +54,8 @@ struct LayerW {
 
 struct DecoderW {
     layers: Vec<LayerW>,
-    norm: V,
-    lm_head: V,
+    norm: Value,
+    lm_head: Value,
 }
 
 /// Declares every weight as an argument of `f`, in the module's fixed order.
@@ -64,11 +64,8 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
     let proj = |f: &mut Func, w: &mut Weights, i: usize, module: &str| {
         let name = format!("model.layers.{i}.{module}.weight");
         let base = w.arg(f, &name, ck.tensor(&name));
-        let mut lora = |adapter: AdapterName| {
-            let cfg = match adapter {
-                AdapterName::Speech => ck.config.speech_lora,
-                AdapterName::Vision => ck.config.vision_lora,
-            }?;
+        let mut lora = |adapter: LoraAdapter| {
+            let cfg = ck.config.lora(adapter)?;
             let (a, b) = ck.lora(i, module, adapter)?;
             let tag = adapter.as_str();
             Some(LoraW {
@@ -77,8 +74,8 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
                 scale: cfg.scale(),
             })
         };
-        let speech = lora(AdapterName::Speech);
-        let vision = lora(AdapterName::Vision);
+        let speech = lora(LoraAdapter::Speech);
+        let vision = lora(LoraAdapter::Vision);
         ProjW {
             base,
             speech,
@@ -114,7 +111,7 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
 }
 
 /// `x · Wᵀ` plus each adapter's `scale · (m ⊙ (x·Aᵀ))·Bᵀ`, `m` the per-row mask of that adapter.
-fn proj(f: &mut Func, x: &V, p: &ProjW, speech_mask: &V, vision_mask: &V) -> V {
+fn proj(f: &mut Func, x: &Value, p: &ProjW, speech_mask: &Value, vision_mask: &Value) -> Value {
     let mut y = f.linear_t(x, &p.base);
     for (lora, mask) in [(&p.speech, speech_mask), (&p.vision, vision_mask)] {
         if let Some(l) = lora {
@@ -131,7 +128,7 @@ fn proj(f: &mut Func, x: &V, p: &ProjW, speech_mask: &V, vision_mask: &V) -> V {
 
 /// Rotates the first `rotary_dim` channels of every head: `x` `[n, heads, head_dim]`, cos/sin
 /// `[n, rotary_dim/2]` (already scaled by the LongRoPE attention factor).
-fn rope(f: &mut Func, x: &V, cos: &V, sin: &V, c: &TextConfig) -> V {
+fn rope(f: &mut Func, x: &Value, cos: &Value, sin: &Value, c: &TextConfig) -> Value {
     let (n, heads, hd) = (x.dim(0), x.dim(1), x.dim(2));
     let half = c.rotary_dim / 2;
     let a = f.slice(x, &[0, 0, 0], &[n, heads, half]);
@@ -155,7 +152,7 @@ fn rope(f: &mut Func, x: &V, cos: &V, sin: &V, c: &TextConfig) -> V {
 
 /// Causal GQA attention of one row's `n` new tokens (queries `[n, heads·hd]`, first at `pos0`)
 /// against its cache `[capacity, kv_heads·hd]` (which already holds the new keys/values).
-fn attention(f: &mut Func, q: &V, k: &V, v: &V, pos0: &V, c: &TextConfig) -> V {
+fn attention(f: &mut Func, q: &Value, k: &Value, v: &Value, pos0: &Value, c: &TextConfig) -> Value {
     let n = q.dim(0);
     let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
     let g = nh / nkv;
@@ -174,7 +171,7 @@ fn attention(f: &mut Func, q: &V, k: &V, v: &V, pos0: &V, c: &TextConfig) -> V {
     let qi = f.iota(&shape, 1, DType::I32);
     let p0 = f.broadcast(pos0, &shape, &[]);
     let qpos = f.add(&qi, &p0);
-    let visible = f.compare(&key, &qpos, Cmp::Le);
+    let visible = f.compare(&key, &qpos, Comparison::Le);
     let ninf = f.splat(f32::NEG_INFINITY, &shape);
     let s = f.select(&visible, &s, &ninf);
     let p = f.softmax_last(&s);
@@ -189,12 +186,12 @@ fn attention(f: &mut Func, q: &V, k: &V, v: &V, pos0: &V, c: &TextConfig) -> V {
 fn cached_attention(
     f: &mut Func,
     li: usize,
-    q: &V,
-    k: &V,
-    v: &V,
+    q: &Value,
+    k: &Value,
+    v: &Value,
     r: &mut RowArgs,
     c: &TextConfig,
-) -> V {
+) -> Value {
     let (n, kw) = (k.dim(0), k.dim(1));
     let cap = r.k.dim(1);
     let kr = f.reshape(k, &[1, n, kw]);
@@ -214,29 +211,29 @@ fn cached_attention(
 struct RowArgs {
     /// `[n, hidden]` for this row.
     x_rows: (usize, usize),
-    pos0: V,
-    k: V,
-    v: V,
+    pos0: Value,
+    k: Value,
+    v: Value,
 }
 
 /// The layer stack over `x` `[rows, hidden]` whose rows belong to `row_args` (contiguous
 /// ranges); returns the final hidden states and each row's updated cache.
 /// Per-token inputs shared by every layer: RoPE tables and the two adapter masks.
 struct TokenInputs<'a> {
-    cos: &'a V,
-    sin: &'a V,
-    speech: &'a V,
-    vision: &'a V,
+    cos: &'a Value,
+    sin: &'a Value,
+    speech: &'a Value,
+    vision: &'a Value,
 }
 
 fn layers(
     f: &mut Func,
     w: &DecoderW,
     c: &TextConfig,
-    mut x: V,
+    mut x: Value,
     t: &TokenInputs,
     rows: &mut [RowArgs],
-) -> V {
+) -> Value {
     let (cos, sin, masks) = (t.cos, t.sin, (t.speech, t.vision));
     let total = x.dim(0);
     let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
@@ -262,7 +259,7 @@ fn layers(
             let vr = f.slice(&v, &[t0, 0], &[t0 + n, kw]);
             outs.push(cached_attention(f, li, &qr, &kr, &vr, r, c));
         }
-        let refs: Vec<&V> = outs.iter().collect();
+        let refs: Vec<&Value> = outs.iter().collect();
         let attn = if refs.len() == 1 {
             outs[0].clone()
         } else {
@@ -276,14 +273,14 @@ fn layers(
         let gate = f.slice(&gu, &[0, 0], &[total, inter]);
         let up = f.slice(&gu, &[0, inter], &[total, 2 * inter]);
         let act = f.silu(&gate);
-        let act = f.bin(Bin::Mul, &up, &act);
+        let act = f.binary(BinaryOp::Mul, &up, &act);
         let d = proj(f, &act, &lw.down, masks.0, masks.1);
         x = f.add(&x, &d);
     }
     x
 }
 
-fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &V) -> V {
+fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &Value) -> Value {
     let normed = f.rms_norm(last, &w.norm, c.rms_norm_eps);
     f.linear_t(&normed, &w.lm_head)
 }
@@ -296,13 +293,13 @@ fn emit_prefill(ck: &Checkpoint, s: DecoderShape, w: &mut Weights) -> Func {
     let dw = declare(&mut f, w, ck);
     let (h, half, kw) = (c.hidden_size, c.rotary_dim / 2, c.num_kv_heads * c.head_dim);
     let n = s.chunk;
-    let x = f.arg(Ty::f32(&[n, h]));
-    let valid = f.arg(Ty::i32(&[1]));
-    let pos = f.arg(Ty::i32(&[1]));
-    let cos = f.arg(Ty::f32(&[n, half]));
-    let sin = f.arg(Ty::f32(&[n, half]));
-    let masks = f.arg(Ty::f32(&[n, 2]));
-    let cache = Ty::f32(&[c.num_layers, s.capacity, kw]);
+    let x = f.arg(TensorType::f32(&[n, h]));
+    let valid = f.arg(TensorType::i32(&[1]));
+    let pos = f.arg(TensorType::i32(&[1]));
+    let cos = f.arg(TensorType::f32(&[n, half]));
+    let sin = f.arg(TensorType::f32(&[n, half]));
+    let masks = f.arg(TensorType::f32(&[n, 2]));
+    let cache = TensorType::f32(&[c.num_layers, s.capacity, kw]);
     let k = f.arg(cache.clone());
     let v = f.arg(cache);
     let sm = f.slice(&masks, &[0, 0], &[n, 1]);
@@ -342,12 +339,12 @@ fn emit_decode(ck: &Checkpoint, s: DecoderShape, b: usize, w: &mut Weights) -> F
     let mut f = Func::new(&format!("decode_b{b}"));
     let dw = declare(&mut f, w, ck);
     let (h, half, kw) = (c.hidden_size, c.rotary_dim / 2, c.num_kv_heads * c.head_dim);
-    let x = f.arg(Ty::f32(&[b, h]));
-    let pos = f.arg(Ty::i32(&[b]));
-    let cos = f.arg(Ty::f32(&[b, half]));
-    let sin = f.arg(Ty::f32(&[b, half]));
-    let masks = f.arg(Ty::f32(&[b, 2]));
-    let cache = Ty::f32(&[c.num_layers, s.capacity, kw]);
+    let x = f.arg(TensorType::f32(&[b, h]));
+    let pos = f.arg(TensorType::i32(&[b]));
+    let cos = f.arg(TensorType::f32(&[b, half]));
+    let sin = f.arg(TensorType::f32(&[b, half]));
+    let masks = f.arg(TensorType::f32(&[b, 2]));
+    let cache = TensorType::f32(&[c.num_layers, s.capacity, kw]);
     let mut rows: Vec<RowArgs> = Vec::with_capacity(b);
     for r in 0..b {
         let k = f.arg(cache.clone());

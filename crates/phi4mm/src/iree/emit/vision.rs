@@ -13,7 +13,7 @@
 use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, VisionConfig};
 
-use crate::iree::mlir::{self, Cmp, DType, Func, Reduce, Ty, Un, V};
+use crate::iree::mlir::{self, Comparison, DType, Func, Reduce, TensorType, UnaryOp, Value};
 use crate::iree::weights::Weights;
 
 /// Rows per `project` call.
@@ -26,13 +26,13 @@ pub struct VisionModule {
 }
 
 struct LinearW {
-    w: V,
-    b: V,
+    w: Value,
+    b: Value,
 }
 
 struct LayerW {
-    ln1: (V, V),
-    ln2: (V, V),
+    ln1: (Value, Value),
+    ln2: (Value, Value),
     q: LinearW,
     k: LinearW,
     v: LinearW,
@@ -43,7 +43,7 @@ struct LayerW {
 
 struct VisionW {
     patch: LinearW,
-    position: V,
+    position: Value,
     layers: Vec<LayerW>,
     proj_up: LinearW,
     proj_down: LinearW,
@@ -95,7 +95,7 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> VisionW {
 
 /// `x · Wᵀ + b`; `W` may be a conv kernel `[out, …]`, flattened to `[out, in]` like the host's
 /// `Matrix::of`.
-fn linear(f: &mut Func, x: &V, l: &LinearW) -> V {
+fn linear(f: &mut Func, x: &Value, l: &LinearW) -> Value {
     let out = l.w.dim(0);
     let w = if l.w.ty.rank() == 2 {
         l.w.clone()
@@ -110,26 +110,26 @@ fn linear(f: &mut Func, x: &V, l: &LinearW) -> V {
 /// entry is −∞ (a crop whose keys are all masked) instead of NaN: the max is clamped to a finite
 /// value (so `exp(−∞ − m)` is 0) and the sum to the smallest normal (so the row divides to 0).
 /// Neither clamp changes a row with at least one finite entry (its sum is ≥ 1).
-fn softmax_masked(f: &mut Func, x: &V) -> V {
+fn softmax_masked(f: &mut Func, x: &Value) -> Value {
     let r = x.ty.rank();
     let shape = x.shape().to_vec();
     let keep: Vec<usize> = (0..r - 1).collect();
     let m = f.reduce(x, &[r - 1], Reduce::Max);
     let lo = f.splat(f32::MIN, m.shape());
-    let m = f.bin(mlir::Bin::Max, &m, &lo);
+    let m = f.binary(mlir::BinaryOp::Max, &m, &lo);
     let m = f.broadcast(&m, &shape, &keep);
     let e = f.sub(x, &m);
-    let e = f.un(Un::Exp, &e);
+    let e = f.unary(UnaryOp::Exp, &e);
     let s = f.reduce(&e, &[r - 1], Reduce::Sum);
     let tiny = f.splat(f32::MIN_POSITIVE, s.shape());
-    let s = f.bin(mlir::Bin::Max, &s, &tiny);
+    let s = f.binary(mlir::BinaryOp::Max, &s, &tiny);
     let s = f.broadcast(&s, &shape, &keep);
     f.div(&e, &s)
 }
 
 /// Bidirectional multi-head attention over `h` `[n, hidden]`; keys with `valid` false get −∞
 /// scores (the host's patch-mask semantics: masked patches are excluded as keys only).
-fn attention(f: &mut Func, l: &LayerW, h: &V, valid: &V, c: &VisionConfig) -> V {
+fn attention(f: &mut Func, l: &LayerW, h: &Value, valid: &Value, c: &VisionConfig) -> Value {
     let n = h.dim(0);
     let (hid, nh) = (c.hidden_size, c.num_heads);
     let hd = hid / nh;
@@ -158,9 +158,9 @@ fn emit_main(ck: &Checkpoint, weights: &mut Weights) -> Func {
     let np = grid * grid;
     let mut f = Func::new("main");
     let w = declare(&mut f, weights, ck);
-    let pixels = f.arg(Ty::f32(&[1, ch, size, size]));
-    let ids = f.arg(Ty::i32(&[np]));
-    let mask = f.arg(Ty::f32(&[np]));
+    let pixels = f.arg(TensorType::f32(&[1, ch, size, size]));
+    let ids = f.arg(TensorType::i32(&[np]));
+    let mask = f.arg(TensorType::f32(&[np]));
 
     // im2col: patch (pr, pc) flattened as (channel, ky, kx), the conv kernel's layout.
     let x = f.reshape(&pixels, &[ch, grid, ps, grid, ps]);
@@ -173,7 +173,7 @@ fn emit_main(ck: &Checkpoint, weights: &mut Weights) -> Func {
     let oh_shape = [np, npos];
     let col = f.iota(&oh_shape, 1, DType::I32);
     let ids_b = f.broadcast(&ids, &oh_shape, &[0]);
-    let hit = f.compare(&col, &ids_b, Cmp::Eq);
+    let hit = f.compare(&col, &ids_b, Comparison::Eq);
     let one = f.splat(1.0, &oh_shape);
     let zero = f.splat(0.0, &oh_shape);
     let onehot = f.select(&hit, &one, &zero);
@@ -181,7 +181,7 @@ fn emit_main(ck: &Checkpoint, weights: &mut Weights) -> Func {
     let mut x = f.add(&x, &pos);
 
     let half = f.splat(0.5, &[np]);
-    let valid = f.compare(&mask, &half, Cmp::Gt);
+    let valid = f.compare(&mask, &half, Comparison::Gt);
     let eps = c.layer_norm_eps;
     for l in &w.layers {
         let h = f.layer_norm(&x, &l.ln1.0, &l.ln1.1, eps);
@@ -211,7 +211,7 @@ fn emit_project(ck: &Checkpoint, weights: &mut Weights) -> Func {
     let c = &ck.config.vision;
     let mut f = Func::new("project");
     let w = declare(&mut f, weights, ck);
-    let rows = f.arg(Ty::f32(&[PROJECT_ROWS, c.hidden_size]));
+    let rows = f.arg(TensorType::f32(&[PROJECT_ROWS, c.hidden_size]));
     let up = linear(&mut f, &rows, &w.proj_up);
     let act = f.gelu_erf(&up);
     let down = linear(&mut f, &act, &w.proj_down);

@@ -1,5 +1,9 @@
-//! SigLIP-NaViT vision tower, 2×2 pooling, the HD layout with learned separators, and the image
-//! projection.
+//! SigLIP-NaViT vision tower, 2×2 pooling, the HD layout with learned separators (`hd`), and
+//! the image projection.
+
+mod hd;
+
+pub use hd::{HdLayout, ImageShapeError};
 
 use rayon::prelude::*;
 
@@ -7,8 +11,8 @@ use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, TensorView, VisionConfig};
 
 use super::encoder_layers::{Linear, Norm};
-use super::linear::sgemm;
-use super::ops::{add_in_place, gelu_erf, gelu_tanh, layer_norm, softmax};
+use crate::kernels::matmul::sgemm;
+use crate::kernels::ops::{add_in_place, gelu_erf, gelu_tanh, layer_norm, softmax};
 
 /// One preprocessed image: global crop first, then the sub-crops in row-major order.
 #[derive(Clone, Debug)]
@@ -38,8 +42,7 @@ pub struct VisionEncoder {
     patch: Linear,
     position: TensorView,
     layers: Vec<SiglipLayer>,
-    sub_sep: Vec<f32>,
-    glb_sep: Vec<f32>,
+    hd: HdLayout,
     proj_up: Linear,
     proj_down: Linear,
     text_hidden: usize,
@@ -52,41 +55,6 @@ pub struct ImageEncoding {
     /// Projected rows for the decoder, `[tokens, text_hidden]`.
     pub embeds: Vec<f32>,
     pub tokens: usize,
-}
-
-/// Number of decoder rows an image with these crop masks produces (273 + Uh·(Uw+1) for the
-/// official sizes). Shared by the host and IREE encoders.
-pub(crate) fn token_count(c: &VisionConfig, image: &ImageInput) -> usize {
-    let g = c.grid() / 2;
-    let (uh, uw) = useful_grid(c, image);
-    g * (g + 1) + 1 + uh * (uw + 1)
-}
-
-/// Tiles (rows, cols) of the HD canvas.
-pub(crate) fn tiles(c: &VisionConfig, image: &ImageInput) -> (usize, usize) {
-    let s = c.image_size;
-    (image.canvas[0] / s, image.canvas[1] / s)
-}
-
-/// Useful pooled rows/cols of the stitched sub-crop grid, read from the masks downsampled by
-/// taking every second patch row and column inside each tile.
-pub(crate) fn useful_grid(c: &VisionConfig, image: &ImageInput) -> (usize, usize) {
-    let grid = c.grid();
-    let (th, tw) = tiles(c, image);
-    let m = |crop: usize, r: usize, c: usize| image.patch_masks[(crop * grid + r) * grid + c] != 0;
-    // First column of the stitched downsampled mask: tiles (i, 0), rows 0, 2, 4, …
-    let uh = (0..th)
-        .map(|i| {
-            (0..grid)
-                .step_by(2)
-                .filter(|&r| m(1 + i * tw, r, 0))
-                .count()
-        })
-        .sum();
-    let uw = (0..tw)
-        .map(|j| (0..grid).step_by(2).filter(|&c| m(1 + j, 0, c)).count())
-        .sum();
-    (uh, uw)
 }
 
 /// NaViT position id of every patch of a crop (0 for masked patches).
@@ -109,43 +77,6 @@ pub(crate) fn position_ids(c: &VisionConfig, mask: &[u8]) -> Vec<usize> {
         }
     }
     ids
-}
-
-/// The HD layout (order sub_glb) as indices: for each output row, either a pooled row
-/// `(crop, pooled index)` or a separator. Shared so both backends place rows identically.
-pub(crate) enum HdRow {
-    Pooled { crop: usize, index: usize },
-    SubSep,
-    GlbSep,
-}
-
-/// [sub grid with separator column] + glb_sep + [global grid with separator column].
-pub(crate) fn hd_layout(c: &VisionConfig, image: &ImageInput) -> Vec<HdRow> {
-    let g = c.grid() / 2;
-    let (_, tw) = tiles(c, image);
-    let (uh, uw) = useful_grid(c, image);
-    let mut rows = Vec::with_capacity(token_count(c, image));
-    for r in 0..uh {
-        for cc in 0..uw {
-            let (ti, tj) = (r / g, cc / g);
-            rows.push(HdRow::Pooled {
-                crop: 1 + ti * tw + tj,
-                index: (r % g) * g + cc % g,
-            });
-        }
-        rows.push(HdRow::SubSep);
-    }
-    rows.push(HdRow::GlbSep);
-    for r in 0..g {
-        for cc in 0..g {
-            rows.push(HdRow::Pooled {
-                crop: 0,
-                index: r * g + cc,
-            });
-        }
-        rows.push(HdRow::SubSep);
-    }
-    rows
 }
 
 impl VisionEncoder {
@@ -173,12 +104,7 @@ impl VisionEncoder {
                 .tensor(&format!("{ip}embeddings.position_embedding.weight"))
                 .clone(),
             layers,
-            sub_sep: ck
-                .tensor(&format!("{VISION_PREFIX}sub_img_feature_extensor"))
-                .to_f32_vec(),
-            glb_sep: ck
-                .tensor(&format!("{VISION_PREFIX}global_img_feature_extensor"))
-                .to_f32_vec(),
+            hd: HdLayout::load(ck),
             proj_up: Linear::load(ck, &format!("{VISION_PREFIX}img_projection_up")),
             proj_down: Linear::load(ck, &format!("{VISION_PREFIX}img_projection_down")),
             text_hidden: ck.config.text.hidden_size,
@@ -189,7 +115,12 @@ impl VisionEncoder {
     /// Number of decoder rows an image with these crop masks produces (273 + Uh·(Uw+1) for the
     /// official sizes).
     pub fn token_count(&self, image: &ImageInput) -> usize {
-        token_count(&self.config, image)
+        self.hd.token_count(image)
+    }
+
+    /// Whether the image's crops, pixels and masks fit its canvas.
+    pub fn check(&self, image: &ImageInput) -> Result<(), ImageShapeError> {
+        self.hd.check(image)
     }
 
     /// Runs the tower on every crop and builds the projected image rows.
@@ -198,23 +129,10 @@ impl VisionEncoder {
         let grid = c.grid();
         let np = grid * grid;
         let hid = c.hidden_size;
-        let (th, tw) = tiles(c, image);
-        assert_eq!(
-            image.crops,
-            1 + th * tw,
-            "crop count must be 1 + tiles of the canvas"
-        );
+        if let Err(e) = self.hd.check(image) {
+            panic!("image shape (checked at admission): {e}");
+        }
         let crop_len = c.num_channels * c.image_size * c.image_size;
-        assert_eq!(
-            image.pixel_values.len(),
-            image.crops * crop_len,
-            "pixel_values shape"
-        );
-        assert_eq!(
-            image.patch_masks.len(),
-            image.crops * np,
-            "patch mask shape"
-        );
 
         let features: Vec<Vec<f32>> = (0..image.crops)
             .map(|k| {
@@ -247,16 +165,7 @@ impl VisionEncoder {
             })
             .collect();
 
-        let mut rows: Vec<f32> = Vec::new();
-        for row in hd_layout(c, image) {
-            match row {
-                HdRow::Pooled { crop, index } => {
-                    rows.extend_from_slice(&pooled[crop][index * hid..(index + 1) * hid])
-                }
-                HdRow::SubSep => rows.extend_from_slice(&self.sub_sep),
-                HdRow::GlbSep => rows.extend_from_slice(&self.glb_sep),
-            }
-        }
+        let rows = self.hd.assemble(image, &pooled);
         let tokens = rows.len() / hid;
         let up = self.proj_up.forward(&rows, tokens);
         let act: Vec<f32> = up.iter().map(|&v| gelu_erf(v)).collect();

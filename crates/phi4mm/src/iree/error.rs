@@ -1,0 +1,69 @@
+//! The IREE backend's errors. Each message is complete on its own: a wrapped error's text is part
+//! of it (the wrapped error is kept as `cause`, not as a `source`, so a printer that walks sources
+//! does not print it twice).
+
+use std::path::PathBuf;
+
+use artifact_cache::CacheError;
+
+use crate::model::vision::ImageShapeError;
+
+pub type Result<T, E = IreeError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IreeError {
+    /// A call into the IREE runtime failed: loading a module, finding a function, making a
+    /// buffer, a call, or reading its results. eerie's errors hold raw IREE status pointers (not
+    /// `Send`), so only their message is kept.
+    #[error("{what}: {message}")]
+    Runtime { what: String, message: String },
+    #[error("IREE device `{device}`: {message}")]
+    Device { device: String, message: String },
+    #[error("IREE artifact cache {}: {cause}", dir.display())]
+    CacheDir { dir: PathBuf, cause: CacheError },
+    #[error("IREE module `{entry}`: {cause}")]
+    Module { entry: String, cause: CacheError },
+    /// Hashing the compiler library for the cache identity.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("IREE compiler library {}: {cause}", path.display())]
+    CompilerPath {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error(
+        "IREE compiler {} is already loaded in this process; cannot also load {}",
+        loaded.display(),
+        requested.display()
+    )]
+    CompilerAlreadyLoaded { loaded: PathBuf, requested: PathBuf },
+    #[error("loading the IREE compiler: {0}")]
+    CompilerLoad(String),
+    #[error("IREE compiler revision: {0}")]
+    CompilerRevision(String),
+    /// The compiler refused a module (its diagnostics).
+    #[error("{0}")]
+    Compile(String),
+    #[error(transparent)]
+    ImageShape(#[from] ImageShapeError),
+    #[error("audio features shape: {values} values for {frames} frames of {width}")]
+    AudioShape {
+        values: usize,
+        frames: usize,
+        width: usize,
+    },
+}
+
+/// eerie's runtime errors as [`IreeError::Runtime`], naming what was being done.
+pub trait IreeResult<T> {
+    fn iree(self, what: &str) -> Result<T>;
+}
+
+impl<T> IreeResult<T> for std::result::Result<T, eerie::runtime::RuntimeError> {
+    fn iree(self, what: &str) -> Result<T> {
+        self.map_err(|e| IreeError::Runtime {
+            what: what.to_string(),
+            message: e.to_string(),
+        })
+    }
+}

@@ -14,7 +14,7 @@ pub struct Args {
     /// `polyphase` (proper resampling to 16 kHz) or `reference` (the original code's rate rules).
     #[arg(long, default_value = "polyphase")]
     resample: ResampleMode,
-    /// Output: `input_audio_embeds` f32 [1, frames, 80], `audio_embed_sizes` i64 [1].
+    /// Output: `input_audio_embeds: f32 [1, frames, 80]`, `audio_embed_sizes: i64 [1]`.
     #[arg(long)]
     out: PathBuf,
 }

@@ -94,7 +94,7 @@ pub struct GenerateArgs {
     /// Keep generating through end-of-sequence ids.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Write `logits_first` (f32 [vocab], last prompt position) to this safetensors file.
+    /// Write `logits_first` (`f32 [vocab]`, last prompt position) to this safetensors file.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
     /// Worker threads (0 = one per core).

@@ -14,8 +14,9 @@ pub struct Args {
     /// Most sub-crops (`dynamic_hd`).
     #[arg(long, default_value_t = 36)]
     dynamic_hd: usize,
-    /// Output: `pixel_values` f32 [1+crops, 3, 448, 448], `image_attention_mask` u8
-    /// [1+crops, 32, 32], `image_sizes` i64 [2], `num_img_tokens` i64 [1].
+    /// Output: `pixel_values: f32 [1+crops, 3, 448, 448]`,
+    /// `image_attention_mask: u8 [1+crops, 32, 32]`, `image_sizes: i64 [2]`,
+    /// `num_img_tokens: i64 [1]`.
     #[arg(long)]
     out: PathBuf,
 }

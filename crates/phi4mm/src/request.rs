@@ -4,7 +4,10 @@
 
 use crate::adapter::AdapterChoice;
 use crate::model::{AudioInput, ImageInput, PromptInput};
-use frontend::audio::{features_from_bytes, AudioError, AudioOptions, ResampleMode};
+use frontend::audio::{
+    features_for_request, features_from_bytes, AudioError, AudioOptions, RequestAudioError,
+    ResampleMode,
+};
 use frontend::image::{preprocess, ImageError, ImageOptions};
 use frontend::limits::{LimitError, Limits};
 use frontend::prompt::{Message, Prompt, PromptError};
@@ -75,21 +78,19 @@ fn media(
             image_input(b, &io).map_err(|source| RequestError::Image { index, source })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut total_seconds = 0.0;
-    let audios = audios
-        .iter()
-        .enumerate()
-        .map(|(index, b)| {
-            let f = features_from_bytes(b, &ao)
-                .map_err(|source| RequestError::Audio { index, source })?;
-            total_seconds += f.duration_s;
-            Ok(AudioInput {
-                features: f.features,
-                frames: f.frames,
-            })
+    // One rule for the request's audio totals (seconds and decoded samples, each clip charged
+    // with what the earlier ones decoded): the front end's.
+    let audios = features_for_request(audios, &ao)
+        .map_err(|e| match e {
+            RequestAudioError::Clip { index, source } => RequestError::Audio { index, source },
+            RequestAudioError::Limit(e) => RequestError::Limits(e),
+        })?
+        .into_iter()
+        .map(|f| AudioInput {
+            features: f.features,
+            frames: f.frames,
         })
-        .collect::<Result<Vec<_>, RequestError>>()?;
-    limits.check_audio_total(total_seconds)?;
+        .collect();
     Ok((images, audios))
 }
 

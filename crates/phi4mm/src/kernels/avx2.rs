@@ -13,6 +13,8 @@ pub fn has_avx2_fma() -> bool {
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn widen8(p: *const u16) -> __m256 {
+    // SAFETY: the caller passes a pointer to 8 readable u16 (an unaligned load is fine) and has
+    // checked AVX2 (this function's target feature).
     unsafe {
         let h = _mm_loadu_si128(p.cast());
         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
@@ -36,6 +38,8 @@ fn hsum(v: __m256) -> f32 {
 /// The CPU must support AVX2 and FMA; `x` must hold `rows * w.len()` values.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_rows_bf16_avx2(w: &[u16], x: &[f32], rows: usize, acc: &mut [f32]) {
+    // SAFETY: the caller guarantees AVX2/FMA and `x.len() >= rows * w.len()`; every load below
+    // reads `w[..n]` or `x[r * n..(r + 1) * n]` for `r < rows`, in bounds by those lengths.
     unsafe {
         let n = w.len();
         let wp = w.as_ptr();

@@ -53,7 +53,11 @@ impl<'a> Matrix<'a> {
 /// Raw pointer that may cross threads; every user writes a disjoint region.
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
+// SAFETY: each `SendPtr` comes from a `&mut` output buffer that stays borrowed until the
+// parallel loop using it has returned, and the loop's tasks write disjoint indices, so handing
+// it to other threads cannot race or outlive the buffer.
 unsafe impl Send for SendPtr {}
+// SAFETY: as for `Send`: concurrent users write disjoint elements and never read each other's.
 unsafe impl Sync for SendPtr {}
 
 impl SendPtr {

@@ -78,6 +78,25 @@ impl Runtime {
         self.config_path.as_deref()
     }
 
+    /// The `model` label for a requested model name: the name itself when the current
+    /// deployment answers it (a route's name or an instance's), else [`metrics::UNKNOWN_MODEL`].
+    /// So a client's string never becomes a label value.
+    pub fn model_label<'a>(&self, requested: &'a str) -> &'a str {
+        let deployment = self.current();
+        let config = &deployment.config;
+        let known = requested.is_empty()
+            || config.models().iter().any(|m| m.name == requested)
+            || config
+                .routes()
+                .iter()
+                .any(|r| r.models.iter().any(|m| m == requested));
+        if known {
+            requested
+        } else {
+            metrics::UNKNOWN_MODEL
+        }
+    }
+
     pub fn next_request_id(&self) -> u64 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
     }
@@ -152,9 +171,9 @@ fn instance_gauges(instance: &Instance) -> metrics::InstanceGauges {
     let state = instance.state();
     metrics::InstanceGauges {
         labels: metrics::InstanceLabels {
-            instance: instance.name.clone(),
-            plugin: instance.plugin.manifest.name.to_string(),
-            plugin_version: instance.plugin.version().to_string(),
+            instance: instance.name.clone().into(),
+            plugin: instance.plugin.manifest.name.to_string().into(),
+            plugin_version: instance.plugin.version().to_string().into(),
         },
         in_flight: instance.in_flight(),
         queued: stats.queued,

@@ -38,7 +38,7 @@ pub async fn chat_completions(
         .and_then(|plugin_request| {
             dispatch(&runtime, &request.model, &headers, plugin_request, started)
         })
-        .map_err(|e| Refused::new(&request.model, e))?;
+        .map_err(|e| Refused::new(runtime.model_label(&request.model), e))?;
     let instance = events.instance().clone();
     let meta = ChunkMeta {
         id: format!("chatcmpl-{id}"),

@@ -108,8 +108,8 @@ impl EventStream {
         let logprobs_wanted = request.logprobs.is_some();
         let (admission, events) = instance.submit(request)?;
         let served_by = ServedBy {
-            instance: instance.name.clone(),
-            plugin_version: instance.plugin.version().to_string(),
+            instance: instance.name.clone().into(),
+            plugin_version: instance.plugin.version().to_string().into(),
         };
         let record = RequestRecord::new(metrics.clone(), served_by, model, endpoint, started);
         Ok(Self {

@@ -155,7 +155,7 @@ pub async fn transcriptions(
         )
     };
     let events = dispatch(&runtime, &model, &headers, request, started)
-        .map_err(|e| Refused::new(&model, e))?;
+        .map_err(|e| Refused::new(runtime.model_label(&model), e))?;
     let instance = events.instance().clone();
     let retry_after = runtime.current().config.server().retry_after_secs;
     let response = if form.stream {

@@ -33,6 +33,8 @@ pub struct Runtime {
     pub metrics: Metrics,
     pub cache_dir: PathBuf,
     config_path: Option<PathBuf>,
+    /// Bounds the CPU work of request parsing on the blocking pool (see [`Self::off_the_runtime`]).
+    heavy_work: tokio::sync::Semaphore,
 }
 
 const RETIRED_HISTORY: usize = 64;
@@ -53,6 +55,9 @@ impl Runtime {
             metrics: Metrics::new(),
             cache_dir,
             config_path,
+            heavy_work: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            ),
         }))
     }
 
@@ -99,6 +104,22 @@ impl Runtime {
 
     pub fn next_request_id(&self) -> u64 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `work` (a large body's JSON parse, base64 media decoding) on tokio's blocking pool,
+    /// at most one job per core at once; the caller waits asynchronously for a turn.
+    pub async fn off_the_runtime<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        let _turn = self
+            .heavy_work
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     /// Libraries mapped but not used by the current deployment.

@@ -101,8 +101,9 @@ pub struct LimitsConfig {
 pub struct RequestLimits {
     /// Most tokens a request may ask for (`max_tokens` / `max_completion_tokens`).
     pub max_tokens_limit: u32,
-    /// The `max_tokens` of a request that sets none.
-    pub default_max_tokens: u32,
+    /// The `max_tokens` of a request that sets none; unset, the plugin's own default applies
+    /// (Phi4MM's `default_max_tokens` setting, for one).
+    pub default_max_tokens: Option<u32>,
     /// Most bytes of text over all the messages' text parts.
     pub max_prompt_bytes: usize,
     /// Most stop strings (OpenAI allows 4).
@@ -117,7 +118,7 @@ impl Default for RequestLimits {
     fn default() -> Self {
         Self {
             max_tokens_limit: 4096,
-            default_max_tokens: 4096,
+            default_max_tokens: None,
             max_prompt_bytes: 1 << 20,
             max_stop_sequences: 4,
             max_stop_bytes: 256,
@@ -127,8 +128,7 @@ impl Default for RequestLimits {
 }
 
 impl RequestLimits {
-    /// `model`'s caps over `server`'s over the defaults. A `default_max_tokens` left unset
-    /// follows the ceiling when that is lower.
+    /// `model`'s caps over `server`'s over the defaults.
     pub fn resolve(model: &LimitsConfig, server: &LimitsConfig) -> Self {
         let d = Self::default();
         let max_tokens_limit = model
@@ -140,7 +140,7 @@ impl RequestLimits {
             default_max_tokens: model
                 .default_max_tokens
                 .or(server.default_max_tokens)
-                .unwrap_or(d.default_max_tokens.min(max_tokens_limit)),
+                .or(d.default_max_tokens),
             max_prompt_bytes: model
                 .max_prompt_bytes
                 .or(server.max_prompt_bytes)
@@ -600,7 +600,10 @@ fn check_limits(key: &str, limits: &LimitsConfig, server: &LimitsConfig, errors:
     let resolved = RequestLimits::resolve(limits, server);
     for (name, value) in [
         ("max_tokens_limit", resolved.max_tokens_limit as usize),
-        ("default_max_tokens", resolved.default_max_tokens as usize),
+        (
+            "default_max_tokens",
+            resolved.default_max_tokens.map_or(1, |n| n as usize),
+        ),
         ("max_prompt_bytes", resolved.max_prompt_bytes),
         ("max_stop_bytes", resolved.max_stop_bytes),
         ("max_content_parts", resolved.max_content_parts),
@@ -609,10 +612,13 @@ fn check_limits(key: &str, limits: &LimitsConfig, server: &LimitsConfig, errors:
             errors.push(format!("{key}.{name}: must be at least 1"));
         }
     }
-    if resolved.default_max_tokens > resolved.max_tokens_limit {
+    if let Some(default) = resolved
+        .default_max_tokens
+        .filter(|d| *d > resolved.max_tokens_limit)
+    {
         errors.push(format!(
-            "{key}.default_max_tokens: {} exceeds max_tokens_limit = {}",
-            resolved.default_max_tokens, resolved.max_tokens_limit
+            "{key}.default_max_tokens: {default} exceeds max_tokens_limit = {}",
+            resolved.max_tokens_limit
         ));
     }
 }

@@ -52,7 +52,11 @@ impl RequestLimits {
                 ))
             }
             ROption::RSome(_) => {}
-            ROption::RNone => request.sampling.max_tokens = ROption::RSome(self.default_max_tokens),
+            ROption::RNone => {
+                if let Some(default) = self.default_max_tokens {
+                    request.sampling.max_tokens = ROption::RSome(default);
+                }
+            }
         }
         let parts: usize = request.messages.iter().map(|m| m.parts.len()).sum();
         if parts > self.max_content_parts {

@@ -2,6 +2,7 @@
 //! real HTTP over loopback.
 
 mod cli;
+mod hardening;
 mod http_api;
 mod phi4mm_http;
 mod reload_failures;

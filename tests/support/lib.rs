@@ -74,9 +74,15 @@ pub fn switchyard_bin() -> PathBuf {
 /// A fixture plugin library: `echo`, `echo_v2`, `mirror`, `incompatible`.
 pub fn plugin_lib(name: &str) -> PathBuf {
     let dir = format!("tests/plugins/{}", name.replace('_', "-"));
+    // `incompatible` copies a changed ABI and depends on neither echo-core nor plugin-api.
+    let sources: &[&str] = if name == "incompatible" {
+        &[&dir]
+    } else {
+        &[&dir, "tests/plugins/echo-core", "crates/plugin-api"]
+    };
     built(
         target_profile_dir().join(format!("libswitchyard_plugin_{name}.so")),
-        &[&dir, "tests/plugins/echo-core", "crates/plugin-api"],
+        sources,
     )
 }
 
@@ -224,6 +230,7 @@ impl Server {
         let r = self
             .http
             .post(format!("{}/admin/reload", self.admin))
+            .header("content-type", "application/json")
             .send()
             .await
             .unwrap();

@@ -52,6 +52,113 @@ pub struct ServerConfig {
     /// Root for plugin caches and shadow copies (default `$XDG_CACHE_HOME/switchyard`).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+    /// A connection must send a request's whole head within this time from when it starts
+    /// waiting for it (a new connection, or a kept-alive one after its last response), else it
+    /// is closed. This also bounds how long an idle kept-alive connection is kept.
+    #[serde(default = "default_header_read_timeout")]
+    pub header_read_timeout_secs: f64,
+    /// A request's whole body must arrive within this time after its head (HTTP 408 after).
+    #[serde(default = "default_body_read_timeout")]
+    pub body_read_timeout_secs: f64,
+    /// Connections served at once, per listener; more wait in the kernel's accept queue.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Wall-clock limit of one request from its arrival to its last byte; plugins get it as
+    /// the request's deadline, and the host ends the request with HTTP 504 (or an SSE error).
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_secs: f64,
+    /// Events per request that may wait unread before the plugin's `send` blocks.
+    #[serde(default = "default_event_buffer")]
+    pub event_buffer: usize,
+    /// Longest a plugin's `send` blocks on a client that reads nothing; then the request is
+    /// cancelled.
+    #[serde(default = "default_event_send_timeout")]
+    pub event_send_timeout_secs: f64,
+    /// Longest the creation plus warm-up of one instance may take in a reload.
+    #[serde(default = "default_reload_timeout")]
+    pub reload_timeout_secs: f64,
+    /// The operator caps of every model instance that does not set its own (`[server.limits]`).
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// Operator caps on what one request may ask of a model instance: in `[server.limits]` for
+/// every instance, in a `[[models]]` entry's `limits` for that one. Unset keys fall back to
+/// the server's, then to [`RequestLimits::default`].
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_tokens_limit: Option<u32>,
+    pub default_max_tokens: Option<u32>,
+    pub max_prompt_bytes: Option<usize>,
+    pub max_stop_sequences: Option<usize>,
+    pub max_stop_bytes: Option<usize>,
+    pub max_content_parts: Option<usize>,
+}
+
+/// The caps in force for one instance. Each refusal is HTTP 400 and names its key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestLimits {
+    /// Most tokens a request may ask for (`max_tokens` / `max_completion_tokens`).
+    pub max_tokens_limit: u32,
+    /// The `max_tokens` of a request that sets none; unset, the plugin's own default applies
+    /// (Phi4MM's `default_max_tokens` setting, for one).
+    pub default_max_tokens: Option<u32>,
+    /// Most bytes of text over all the messages' text parts.
+    pub max_prompt_bytes: usize,
+    /// Most stop strings (OpenAI allows 4).
+    pub max_stop_sequences: usize,
+    /// Longest stop string, in bytes.
+    pub max_stop_bytes: usize,
+    /// Most content parts over all messages (a plain string content is one part).
+    pub max_content_parts: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            max_tokens_limit: 4096,
+            default_max_tokens: None,
+            max_prompt_bytes: 1 << 20,
+            max_stop_sequences: 4,
+            max_stop_bytes: 256,
+            max_content_parts: 128,
+        }
+    }
+}
+
+impl RequestLimits {
+    /// `model`'s caps over `server`'s over the defaults.
+    pub fn resolve(model: &LimitsConfig, server: &LimitsConfig) -> Self {
+        let d = Self::default();
+        let max_tokens_limit = model
+            .max_tokens_limit
+            .or(server.max_tokens_limit)
+            .unwrap_or(d.max_tokens_limit);
+        Self {
+            max_tokens_limit,
+            default_max_tokens: model
+                .default_max_tokens
+                .or(server.default_max_tokens)
+                .or(d.default_max_tokens),
+            max_prompt_bytes: model
+                .max_prompt_bytes
+                .or(server.max_prompt_bytes)
+                .unwrap_or(d.max_prompt_bytes),
+            max_stop_sequences: model
+                .max_stop_sequences
+                .or(server.max_stop_sequences)
+                .unwrap_or(d.max_stop_sequences),
+            max_stop_bytes: model
+                .max_stop_bytes
+                .or(server.max_stop_bytes)
+                .unwrap_or(d.max_stop_bytes),
+            max_content_parts: model
+                .max_content_parts
+                .or(server.max_content_parts)
+                .unwrap_or(d.max_content_parts),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -66,8 +173,38 @@ impl Default for ServerConfig {
             watch_config: false,
             retry_after_secs: default_retry_after(),
             cache_dir: None,
+            header_read_timeout_secs: default_header_read_timeout(),
+            body_read_timeout_secs: default_body_read_timeout(),
+            max_connections: default_max_connections(),
+            request_timeout_secs: default_request_timeout(),
+            event_buffer: default_event_buffer(),
+            event_send_timeout_secs: default_event_send_timeout(),
+            reload_timeout_secs: default_reload_timeout(),
+            limits: LimitsConfig::default(),
         }
     }
+}
+
+fn default_header_read_timeout() -> f64 {
+    10.0
+}
+fn default_body_read_timeout() -> f64 {
+    60.0
+}
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_request_timeout() -> f64 {
+    600.0
+}
+fn default_event_buffer() -> usize {
+    256
+}
+fn default_event_send_timeout() -> f64 {
+    30.0
+}
+fn default_reload_timeout() -> f64 {
+    600.0
 }
 
 fn default_listen() -> String {
@@ -112,6 +249,9 @@ pub struct ModelConfig {
     /// Admission limit: requests in flight at once; more get HTTP 429 (or a fallback).
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: u32,
+    /// This instance's operator caps, over `[server.limits]`.
+    #[serde(default)]
+    pub limits: LimitsConfig,
 }
 
 fn empty_table() -> serde_json::Value {
@@ -322,6 +462,27 @@ pub fn validate(
     if !(server.drain_timeout_secs.is_finite() && server.drain_timeout_secs >= 0.0) {
         errors.push("server.drain_timeout_secs: must be a finite number >= 0".into());
     }
+    for (key, secs) in [
+        ("header_read_timeout_secs", server.header_read_timeout_secs),
+        ("body_read_timeout_secs", server.body_read_timeout_secs),
+        ("request_timeout_secs", server.request_timeout_secs),
+        ("event_send_timeout_secs", server.event_send_timeout_secs),
+        ("reload_timeout_secs", server.reload_timeout_secs),
+    ] {
+        // Bounded above too, so that adding it to "now" cannot overflow.
+        if !(secs.is_finite() && secs > 0.0 && secs <= 1e7) {
+            errors.push(format!(
+                "server.{key}: must be a number of seconds in (0, 1e7]"
+            ));
+        }
+    }
+    if server.max_connections == 0 {
+        errors.push("server.max_connections: must be at least 1".into());
+    }
+    if server.event_buffer == 0 {
+        errors.push("server.event_buffer: must be at least 1".into());
+    }
+    check_limits("server.limits", &server.limits, &server.limits, &mut errors);
 
     let mut plugin_names = HashSet::new();
     for (i, plugin) in config.plugins.iter_mut().enumerate() {
@@ -372,6 +533,13 @@ pub fn validate(
         if model.threads == Some(0) {
             errors.push(format!("{key}.threads: must be at least 1"));
         }
+        let server_limits = &config.server.limits;
+        check_limits(
+            &format!("{key}.limits"),
+            &model.limits,
+            server_limits,
+            &mut errors,
+        );
     }
 
     for (i, route) in config.routes.iter().enumerate() {
@@ -423,6 +591,35 @@ pub fn validate(
         })
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+/// The caps that `limits` (over `server`) puts in force must be usable: no zero ceiling, and a
+/// default within the ceiling.
+fn check_limits(key: &str, limits: &LimitsConfig, server: &LimitsConfig, errors: &mut Vec<String>) {
+    let resolved = RequestLimits::resolve(limits, server);
+    for (name, value) in [
+        ("max_tokens_limit", resolved.max_tokens_limit as usize),
+        (
+            "default_max_tokens",
+            resolved.default_max_tokens.map_or(1, |n| n as usize),
+        ),
+        ("max_prompt_bytes", resolved.max_prompt_bytes),
+        ("max_stop_bytes", resolved.max_stop_bytes),
+        ("max_content_parts", resolved.max_content_parts),
+    ] {
+        if value == 0 {
+            errors.push(format!("{key}.{name}: must be at least 1"));
+        }
+    }
+    if let Some(default) = resolved
+        .default_max_tokens
+        .filter(|d| *d > resolved.max_tokens_limit)
+    {
+        errors.push(format!(
+            "{key}.default_max_tokens: {default} exceeds max_tokens_limit = {}",
+            resolved.max_tokens_limit
+        ));
     }
 }
 

@@ -2,8 +2,12 @@
 //! admission limit, in-flight count). Requests hold an [`Admission`] for as long as they run, and
 //! draining waits for those to end.
 
-use crate::{config::ModelConfig, registry::LoadedPlugin, sink};
-use abi_stable::std_types::RResult;
+use crate::{
+    config::{ModelConfig, RequestLimits, ServerConfig},
+    registry::LoadedPlugin,
+    sink::{self, EventReceiver, SinkLimits},
+};
+use abi_stable::std_types::{ROption, RResult};
 use serde::Serialize;
 use std::{
     sync::{
@@ -13,9 +17,88 @@ use std::{
     time::{Duration, Instant},
 };
 use switchyard_plugin_api::{
-    Endpoint, Event, Modality, ModelBox, ModelKindInfo, ModelStats, PluginError, Request,
+    Endpoint, Modality, ModelBox, ModelKindInfo, ModelStats, PluginError, Request,
 };
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
+
+/// What the host enforces for one instance: the operator caps on a request, and the bound of
+/// each request's event channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceLimits {
+    pub request: RequestLimits,
+    pub sink: SinkLimits,
+}
+
+impl InstanceLimits {
+    pub fn of(model: &ModelConfig, server: &ServerConfig) -> Self {
+        Self {
+            request: RequestLimits::resolve(&model.limits, &server.limits),
+            sink: SinkLimits {
+                capacity: server.event_buffer,
+                send_timeout: Duration::from_secs_f64(server.event_send_timeout_secs),
+            },
+        }
+    }
+}
+
+impl RequestLimits {
+    /// Refuses a request over a cap, naming it; fills in the default `max_tokens`.
+    pub fn apply(&self, request: &mut Request) -> Result<(), String> {
+        match request.sampling.max_tokens {
+            ROption::RSome(asked) if asked > self.max_tokens_limit => {
+                return Err(format!(
+                    "max_tokens {asked} exceeds this model's limit max_tokens_limit = {}",
+                    self.max_tokens_limit
+                ))
+            }
+            ROption::RSome(_) => {}
+            ROption::RNone => {
+                if let Some(default) = self.default_max_tokens {
+                    request.sampling.max_tokens = ROption::RSome(default);
+                }
+            }
+        }
+        let parts: usize = request.messages.iter().map(|m| m.parts.len()).sum();
+        if parts > self.max_content_parts {
+            return Err(format!(
+                "the request has {parts} content parts, over this model's limit \
+                 max_content_parts = {}",
+                self.max_content_parts
+            ));
+        }
+        let text_bytes: usize = request
+            .messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .map(|p| match p {
+                switchyard_plugin_api::Part::Text(text) => text.len(),
+                _ => 0,
+            })
+            .sum();
+        if text_bytes > self.max_prompt_bytes {
+            return Err(format!(
+                "the prompt has {text_bytes} bytes of text, over this model's limit \
+                 max_prompt_bytes = {}",
+                self.max_prompt_bytes
+            ));
+        }
+        if request.stop.len() > self.max_stop_sequences {
+            return Err(format!(
+                "{} stop sequences exceed this model's limit max_stop_sequences = {}",
+                request.stop.len(),
+                self.max_stop_sequences
+            ));
+        }
+        if let Some(long) = request.stop.iter().find(|s| s.len() > self.max_stop_bytes) {
+            return Err(format!(
+                "a stop sequence of {} bytes exceeds this model's limit max_stop_bytes = {}",
+                long.len(),
+                self.max_stop_bytes
+            ));
+        }
+        Ok(())
+    }
+}
 
 #[repr(u8)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -53,6 +136,7 @@ pub struct Instance {
     pub plugin: Arc<LoadedPlugin>,
     pub kind: ModelKindInfo,
     pub max_in_flight: u32,
+    pub limits: InstanceLimits,
     /// What the instance was created from; a reload reuses an instance with the same fingerprint.
     pub fingerprint: String,
     model: RwLock<Option<ModelBox>>,
@@ -115,12 +199,14 @@ impl Instance {
         plugin: Arc<LoadedPlugin>,
         kind: ModelKindInfo,
         model: ModelBox,
+        limits: InstanceLimits,
     ) -> Self {
         Self {
             name: config.name.clone(),
             kind,
             max_in_flight: config.max_in_flight,
-            fingerprint: fingerprint(config, &plugin.sha256),
+            fingerprint: fingerprint(config, &plugin.sha256, &limits),
+            limits,
             plugin,
             model: RwLock::new(Some(model)),
             state: AtomicU8::new(InstanceState::Warming as u8),
@@ -166,11 +252,12 @@ impl Instance {
         }
     }
 
-    /// Admits and submits a request. Events arrive on the returned receiver.
+    /// Admits and submits a request (within this instance's caps, which may fill in its
+    /// `max_tokens`). Events arrive on the returned receiver.
     pub fn submit(
         self: &Arc<Self>,
-        request: Request,
-    ) -> Result<(Admission, mpsc::UnboundedReceiver<Event>), Refusal> {
+        mut request: Request,
+    ) -> Result<(Admission, EventReceiver), Refusal> {
         let modality = request.modality();
         if !self.kind.accepts(request.endpoint, modality) {
             return Err(Refusal::Unsupported(format!(
@@ -185,6 +272,9 @@ impl Instance {
                 self.name,
                 self.state()
             )));
+        }
+        if let Err(message) = self.limits.request.apply(&mut request) {
+            return Err(Refusal::Failed(PluginError::invalid_request(message)));
         }
         // Admission: reserve a slot first, give it back if over the limit.
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -208,7 +298,7 @@ impl Instance {
                 self.state()
             )));
         }
-        let (sink, rx) = sink::channel();
+        let (sink, rx) = sink::channel(self.limits.sink.clone());
         let guard = self.model.read().unwrap();
         let Some(model) = guard.as_ref() else {
             return Err(Refusal::Unavailable(format!(
@@ -297,15 +387,16 @@ pub fn endpoint_name(endpoint: Endpoint) -> &'static str {
 }
 
 /// Instances are reused across a reload only when everything they were created from is equal.
-pub fn fingerprint(config: &ModelConfig, plugin_sha: &str) -> String {
+pub fn fingerprint(config: &ModelConfig, plugin_sha: &str, limits: &InstanceLimits) -> String {
     format!(
-        "{}|{}|{}|{}|{:?}|{}",
+        "{}|{}|{}|{}|{:?}|{}|{:?}",
         config.plugin,
         plugin_sha,
         config.kind,
         config.settings,
         config.threads,
-        config.max_in_flight
+        config.max_in_flight,
+        limits
     )
 }
 

@@ -4,9 +4,14 @@
 //! [`Snapshot`], and [`Metrics::render`] writes that snapshot out beside the counters, so a gauge
 //! is never stale. This module knows nothing else of the host: every label set is a typed struct
 //! below, and the label order on the wire is the field order.
+//!
+//! Label values are safe by construction: every text value is a [`Label`], which escapes `\\`,
+//! `"` and newlines as the exposition format requires, and the callers only ever hand in names
+//! from the config or the plugin manifests (a requested model name that no route knows is
+//! counted as [`UNKNOWN_MODEL`]), so a client can neither forge lines nor add series.
 
 use prometheus_client::{
-    encoding::{text::encode, EncodeLabelSet},
+    encoding::{text::encode, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
     metrics::{
         counter::Counter,
         family::Family,
@@ -15,13 +20,53 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use std::time::Duration;
+use std::{fmt::Write, time::Duration};
+
+/// The `model` label of a request whose requested model name matches no route or instance.
+pub const UNKNOWN_MODEL: &str = "unknown";
+
+/// A text label value, escaped as the exposition format requires when it is written.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Label(String);
+
+impl From<&str> for Label {
+    fn from(value: &str) -> Self {
+        Self(value.to_string())
+    }
+}
+
+impl From<String> for Label {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl EncodeLabelValue for Label {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        escape_into(&self.0, encoder)
+    }
+}
+
+/// Writes `value` with `\\`, `"` and line feeds escaped (the only escapes the text format has).
+fn escape_into(value: &str, out: &mut impl Write) -> std::fmt::Result {
+    let mut rest = value;
+    while let Some(at) = rest.find(['\\', '"', '\n']) {
+        out.write_str(&rest[..at])?;
+        out.write_str(match rest.as_bytes()[at] {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            _ => "\\n",
+        })?;
+        rest = &rest[at + 1..];
+    }
+    out.write_str(rest)
+}
 
 /// What served a request. Both values are empty for a request refused before admission.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServedBy {
-    pub instance: String,
-    pub plugin_version: String,
+    pub instance: Label,
+    pub plugin_version: Label,
 }
 
 // The derive's `flatten` works only on a last field (prometheus-client-derive-encode 0.4), and
@@ -29,18 +74,18 @@ pub struct ServedBy {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    instance: String,
-    plugin_version: String,
-    model: String,
+    instance: Label,
+    plugin_version: Label,
+    model: Label,
     endpoint: &'static str,
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
-    instance: String,
-    plugin_version: String,
-    kind: String,
+    instance: Label,
+    plugin_version: Label,
+    kind: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -51,24 +96,24 @@ struct ReloadLabels {
 /// The labels of every instance gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InstanceLabels {
-    pub instance: String,
-    pub plugin: String,
-    pub plugin_version: String,
+    pub instance: Label,
+    pub plugin: Label,
+    pub plugin_version: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdapterLabels {
-    instance: String,
-    plugin: String,
-    plugin_version: String,
-    adapter: String,
+    instance: Label,
+    plugin: Label,
+    plugin_version: Label,
+    adapter: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
-    instance: String,
-    plugin: String,
-    plugin_version: String,
+    instance: Label,
+    plugin: Label,
+    plugin_version: Label,
     state: &'static str,
 }
 
@@ -179,7 +224,7 @@ impl Metrics {
             .get_or_create(&RequestLabels {
                 instance: served_by.instance.clone(),
                 plugin_version: served_by.plugin_version.clone(),
-                model: model.into(),
+                model: Label::from(model),
                 endpoint,
                 status,
             })
@@ -189,7 +234,7 @@ impl Metrics {
                 .get_or_create(&ErrorLabels {
                     instance: served_by.instance.clone(),
                     plugin_version: served_by.plugin_version.clone(),
-                    kind: kind.into(),
+                    kind: Label::from(kind),
                 })
                 .inc();
         }
@@ -248,7 +293,7 @@ impl Metrics {
                     instance: instance.clone(),
                     plugin: plugin.clone(),
                     plugin_version: plugin_version.clone(),
-                    adapter: adapter.clone(),
+                    adapter: Label::from(adapter.as_str()),
                 };
                 adapter_rows.get_or_create(&labels).set((*rows).into());
             }
@@ -351,6 +396,36 @@ mod tests {
             text.matches("switchyard_request_duration_seconds_count")
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped_so_no_line_can_be_forged() {
+        let metrics = Metrics::new();
+        let hostile = "a\"} 1\nforged_total 9\n\\";
+        let served_by = ServedBy {
+            instance: hostile.into(),
+            plugin_version: "1".into(),
+        };
+        metrics.request_ended(&RequestEnd {
+            served_by: &served_by,
+            model: hostile,
+            endpoint: "chat",
+            status: 200,
+            error: None,
+            duration: Duration::from_millis(1),
+        });
+        let text = metrics.render(&Snapshot::default());
+        assert!(
+            !text.lines().any(|l| l.starts_with("forged_total")),
+            "{text}"
+        );
+        let escaped = r#"a\"} 1\nforged_total 9\n\\"#;
+        assert!(
+            text.contains(&format!(
+                r#"instance="{escaped}",plugin_version="1",model="{escaped}""#
+            )),
+            "{text}"
         );
     }
 

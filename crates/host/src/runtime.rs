@@ -33,6 +33,8 @@ pub struct Runtime {
     pub metrics: Metrics,
     pub cache_dir: PathBuf,
     config_path: Option<PathBuf>,
+    /// Bounds the CPU work of request parsing on the blocking pool (see [`Self::off_the_runtime`]).
+    heavy_work: tokio::sync::Semaphore,
 }
 
 const RETIRED_HISTORY: usize = 64;
@@ -53,6 +55,9 @@ impl Runtime {
             metrics: Metrics::new(),
             cache_dir,
             config_path,
+            heavy_work: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            ),
         }))
     }
 
@@ -78,8 +83,43 @@ impl Runtime {
         self.config_path.as_deref()
     }
 
+    /// The `model` label for a requested model name: the name itself when the current
+    /// deployment answers it (a route's name or an instance's), else [`metrics::UNKNOWN_MODEL`].
+    /// So a client's string never becomes a label value.
+    pub fn model_label<'a>(&self, requested: &'a str) -> &'a str {
+        let deployment = self.current();
+        let config = &deployment.config;
+        let known = requested.is_empty()
+            || config.models().iter().any(|m| m.name == requested)
+            || config
+                .routes()
+                .iter()
+                .any(|r| r.models.iter().any(|m| m == requested));
+        if known {
+            requested
+        } else {
+            metrics::UNKNOWN_MODEL
+        }
+    }
+
     pub fn next_request_id(&self) -> u64 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `work` (a large body's JSON parse, base64 media decoding) on tokio's blocking pool,
+    /// at most one job per core at once; the caller waits asynchronously for a turn.
+    pub async fn off_the_runtime<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        let _turn = self
+            .heavy_work
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     /// Libraries mapped but not used by the current deployment.
@@ -152,9 +192,9 @@ fn instance_gauges(instance: &Instance) -> metrics::InstanceGauges {
     let state = instance.state();
     metrics::InstanceGauges {
         labels: metrics::InstanceLabels {
-            instance: instance.name.clone(),
-            plugin: instance.plugin.manifest.name.to_string(),
-            plugin_version: instance.plugin.version().to_string(),
+            instance: instance.name.clone().into(),
+            plugin: instance.plugin.manifest.name.to_string().into(),
+            plugin_version: instance.plugin.version().to_string().into(),
         },
         in_flight: instance.in_flight(),
         queued: stats.queued,

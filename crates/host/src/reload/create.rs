@@ -2,7 +2,11 @@
 //! plugin's `create_model`, then its warm-up. Blocking; the reload runs it off the async threads.
 
 use super::error::ReloadError;
-use crate::{config::ModelConfig, instance::Instance, registry::LoadedPlugin};
+use crate::{
+    config::ModelConfig,
+    instance::{Instance, InstanceLimits},
+    registry::LoadedPlugin,
+};
 use abi_stable::std_types::{RResult, RStr};
 use std::{path::Path, sync::Arc};
 use switchyard_plugin_api::{HostServices, LogLevel, SettingsText};
@@ -15,6 +19,7 @@ pub fn instance(
     config_dir: &Path,
     cache_root: &Path,
     plugin: Arc<LoadedPlugin>,
+    limits: InstanceLimits,
 ) -> Result<Arc<Instance>, ReloadError> {
     let Some(kind) = plugin.manifest.kind(&model.kind).cloned() else {
         return Err(ReloadError::UnknownKind {
@@ -58,7 +63,7 @@ pub fn instance(
             })
         }
     };
-    let instance = Arc::new(Instance::new(model, plugin, kind, model_box));
+    let instance = Arc::new(Instance::new(model, plugin, kind, model_box, limits));
     if let Err(e) = instance.warm() {
         instance.stop_now();
         return Err(ReloadError::Warm {

@@ -29,6 +29,12 @@ pub enum ReloadError {
         name: String,
         message: String,
     },
+    #[error("models[{index}] ({name}): creation and warm-up did not finish within reload_timeout_secs = {secs}")]
+    Timeout {
+        index: usize,
+        name: String,
+        secs: f64,
+    },
     #[error("no config file to reload from")]
     NoSource,
 }

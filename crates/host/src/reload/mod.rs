@@ -12,7 +12,7 @@ pub use error::ReloadError;
 use crate::{
     config::{self, ValidConfig},
     deployment::Deployment,
-    instance::{fingerprint, Instance, InstanceState},
+    instance::{fingerprint, Instance, InstanceLimits, InstanceState},
     registry::{file_sha256, LoadedPlugin, RegistryError},
     router::RouteTable,
     runtime::Runtime,
@@ -83,7 +83,8 @@ impl Runtime {
         let mut reused = Vec::new();
         for (index, model) in config.models().iter().enumerate() {
             let plugin = plugins[&model.plugin].clone();
-            let fingerprint = fingerprint(model, &plugin.sha256);
+            let limits = InstanceLimits::of(model, config.server());
+            let fingerprint = fingerprint(model, &plugin.sha256, &limits);
             let existing = current
                 .table
                 .instances()
@@ -97,11 +98,29 @@ impl Runtime {
             let cache_dir = self.cache_dir.clone();
             let model_cfg = model.clone();
             let config_dir = config.base_dir().to_path_buf();
-            let made = tokio::task::spawn_blocking(move || {
-                create::instance(index, &model_cfg, &config_dir, &cache_dir, plugin)
-            })
-            .await
-            .expect("instance creation catches its panics");
+            let mut making = tokio::task::spawn_blocking(move || {
+                create::instance(index, &model_cfg, &config_dir, &cache_dir, plugin, limits)
+            });
+            let secs = config.server().reload_timeout_secs;
+            let made = match tokio::time::timeout(Duration::from_secs_f64(secs), &mut making).await
+            {
+                Ok(joined) => joined.expect("instance creation catches its panics"),
+                Err(_) => {
+                    // The plugin's thread cannot be stopped; whatever it makes when it is done
+                    // is stopped at once, and this reload fails now.
+                    tokio::spawn(async move {
+                        if let Ok(Ok(late)) = making.await {
+                            tracing::warn!(instance = %late.name, "a timed-out instance finished creating; stopping it");
+                            let _ = tokio::task::spawn_blocking(move || late.stop_now()).await;
+                        }
+                    });
+                    Err(ReloadError::Timeout {
+                        index,
+                        name: model.name.clone(),
+                        secs,
+                    })
+                }
+            };
             match made {
                 Ok(instance) => {
                     created.push(instance.clone());

@@ -1,18 +1,23 @@
 //! `/admin/reload` and `/admin/status`. Served on the loopback admin listener, and on the main
-//! listener only behind a bearer token (see [`require_token`]).
+//! listener only behind a bearer token; [`guard`] protects both.
 
 use super::error::ApiError;
 use crate::{instance::Instance, runtime::Runtime};
 use axum::{
-    extract::{Request, State},
-    http::{header, StatusCode},
+    extract::{ConnectInfo, Request, State},
+    http::{header, HeaderMap, Method, StatusCode},
     middleware::Next,
     response::{IntoResponse, Response},
     routing::{get, post},
     Json, Router,
 };
 use serde_json::{json, Value};
-use std::sync::Arc;
+use sha2::{Digest, Sha256};
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
+use subtle::ConstantTimeEq;
 
 pub fn routes() -> Router<Arc<Runtime>> {
     Router::new()
@@ -20,34 +25,17 @@ pub fn routes() -> Router<Arc<Runtime>> {
         .route("/admin/status", get(status))
 }
 
-/// The main listener's guard on the admin routes (`axum::middleware::from_fn_with_state`).
-pub async fn require_token(
-    State(token): State<Arc<String>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let expected = format!("Bearer {token}");
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    // Compare without early exit so the token cannot be guessed byte by byte from timing.
-    let ok = given.is_some_and(|g| {
-        g.len() == expected.len()
-            && g.bytes()
-                .zip(expected.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    });
-    if ok {
-        next.run(request).await
-    } else {
-        ApiError::unauthorized().into_response()
-    }
-}
-
 pub async fn reload(State(runtime): State<Arc<Runtime>>) -> Response {
-    match runtime.reload_from_file().await {
+    // On its own task, so that a client that goes away does not cancel the reload half-way:
+    // it runs to its end (or its timeouts) whatever happens to this handler.
+    let reloading = {
+        let runtime = runtime.clone();
+        tokio::spawn(async move { runtime.reload_from_file().await })
+    };
+    let Ok(result) = reloading.await else {
+        return ApiError::internal("the reload task panicked").into_response();
+    };
+    match result {
         Ok(report) => (StatusCode::OK, Json(json!({"ok": true, "report": report}))).into_response(),
         Err(e) => {
             let status = match e {
@@ -117,4 +105,192 @@ fn describe(instance: &Arc<Instance>) -> Value {
             "details": details,
         },
     })
+}
+
+/// Who may use `/admin/*` on a listener.
+pub struct AdminGuard {
+    /// sha256 of `Bearer <admin_token>`, when a token is configured.
+    token_digest: Option<[u8; 32]>,
+    /// Whether a loopback peer that names a loopback `Host` needs no token (the admin
+    /// listener; never the main one).
+    trust_loopback: bool,
+}
+
+/// The header that marks a `POST /admin/*` as not sent by a browser form.
+pub const ADMIN_HEADER: &str = "x-switchyard-admin";
+
+impl AdminGuard {
+    pub fn new(token: Option<&str>, trust_loopback: bool) -> Self {
+        Self {
+            token_digest: token.map(|t| digest(&format!("Bearer {t}"))),
+            trust_loopback,
+        }
+    }
+
+    /// Whether `given` (an `Authorization` value) is the token. Both sides are hashed first and
+    /// the digests compared in constant time, so neither the token's bytes nor its length can
+    /// be learnt from the timing.
+    fn token_matches(&self, given: Option<&[u8]>) -> bool {
+        match (self.token_digest, given) {
+            (Some(expected), Some(given)) => {
+                let given = digest_bytes(given);
+                bool::from(expected.ct_eq(&given))
+            }
+            _ => false,
+        }
+    }
+}
+
+fn digest(text: &str) -> [u8; 32] {
+    digest_bytes(text.as_bytes())
+}
+
+fn digest_bytes(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// The guard on the admin routes of every listener (`axum::middleware::from_fn_with_state`):
+///
+/// 1. a cross-site request is refused (403): `Sec-Fetch-Site: cross-site` or `same-site`, or
+///    an `Origin` that is not a loopback origin;
+/// 2. the bearer token, when one is configured, admits the request;
+/// 3. else, on the admin listener only, a loopback peer whose `Host` is a loopback name or
+///    address is admitted, and a `POST` must carry `content-type: application/json` or an
+///    `x-switchyard-admin` header (415), which no cross-site form can send without a
+///    preflight;
+/// 4. anything else is 401.
+pub async fn guard(State(guard): State<Arc<AdminGuard>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if site.eq_ignore_ascii_case("cross-site") || site.eq_ignore_ascii_case("same-site") {
+        let message =
+            format!("admin endpoints refuse cross-site requests (Sec-Fetch-Site: {site})");
+        return ApiError::forbidden("cross_site_request", message).into_response();
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !is_loopback_origin(origin) {
+            let message = format!("admin endpoints refuse requests from origin {origin:?}");
+            return ApiError::forbidden("cross_site_request", message).into_response();
+        }
+    }
+    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    if guard.token_matches(authorization) {
+        return next.run(request).await;
+    }
+    let peer_is_loopback = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .is_some_and(|ConnectInfo(peer)| peer.ip().is_loopback());
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !(guard.trust_loopback && peer_is_loopback) {
+        return ApiError::unauthorized().into_response();
+    }
+    if !is_loopback_host(host) {
+        let message = format!(
+            "admin endpoints without a token answer a loopback Host only, not {host:?} \
+             (DNS rebinding)"
+        );
+        return ApiError::forbidden("foreign_host", message).into_response();
+    }
+    if request.method() == Method::POST && !is_json(headers) && !headers.contains_key(ADMIN_HEADER)
+    {
+        let mut error = ApiError::unsupported_media_type("application/json");
+        error.message = format!(
+            "POST /admin/* needs content-type: application/json or an {ADMIN_HEADER} header"
+        );
+        return error.into_response();
+    }
+    next.run(request).await
+}
+
+/// Whether the request's `content-type` is `application/json` (parameters allowed).
+pub fn is_json(headers: &HeaderMap) -> bool {
+    content_type_is(headers, "application/json")
+}
+
+/// Whether the `content-type`'s media type is `essence` (case-insensitive, parameters allowed).
+pub fn content_type_is(headers: &HeaderMap, essence: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case(essence))
+}
+
+/// `localhost`, `*.localhost`, or a loopback IP address, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [::1] or [::1]:port
+        match rest.split_once(']') {
+            Some((ip, _)) => ip,
+            None => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+            _ => host,
+        }
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `http(s)://<loopback host>[:port]`.
+fn is_loopback_origin(origin: &str) -> bool {
+    origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|host| !host.contains('/') && is_loopback_host(host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_and_origins() {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:9",
+            "[::1]:80",
+            "127.9.9.9",
+            "a.localhost",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "evil.com",
+            "evil.com:80",
+            "10.0.0.1:80",
+            "localhost.evil.com",
+            "",
+            "[::2]",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+        assert!(is_loopback_origin("http://127.0.0.1:3000"));
+        assert!(!is_loopback_origin("http://evil.com"));
+        assert!(!is_loopback_origin("null"));
+    }
+
+    #[test]
+    fn the_token_is_compared_by_digest() {
+        let guard = AdminGuard::new(Some("s3cret-token-0123456789"), false);
+        assert!(guard.token_matches(Some(b"Bearer s3cret-token-0123456789")));
+        assert!(!guard.token_matches(Some(b"Bearer s3cret-token-012345678")));
+        assert!(!guard.token_matches(Some(b"Bearer s3cret-token-01234567890")));
+        assert!(!guard.token_matches(None));
+        assert!(!AdminGuard::new(None, true).token_matches(Some(b"Bearer ")));
+    }
 }

@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions`, non-streaming and SSE streaming in OpenAI's chunk format.
 
 use super::{
+    admin::is_json,
     dispatch::dispatch,
     error::ApiError,
     event_stream::{Answer, EventStream, Step},
@@ -23,7 +24,7 @@ use std::{
     sync::Arc,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
-use switchyard_plugin_api::Usage;
+use switchyard_plugin_api::{Request, Usage};
 
 pub async fn chat_completions(
     State(runtime): State<Arc<Runtime>>,
@@ -31,14 +32,30 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Served, Refused> {
     let started = Instant::now();
-    let request: ChatRequest = parse_body(body).map_err(Refused::unread)?;
+    // Only JSON: a browser's cross-site form or text/plain POST cannot reach a model.
+    if !is_json(&headers) {
+        return Err(Refused::unread(ApiError::unsupported_media_type(
+            "application/json",
+        )));
+    }
+    let body = read_bytes(body).map_err(Refused::unread)?;
     let id = runtime.next_request_id();
-    let events = request
-        .to_plugin(id)
+    // Parsing a large body and decoding its media is CPU work: it runs on the blocking pool,
+    // a few at a time, so that it never stalls the async threads that serve `/health` and
+    // the streams.
+    let (request, plugin_request) = runtime
+        .off_the_runtime(move || {
+            let request: ChatRequest = parse_json(&body)?;
+            let plugin_request = request.to_plugin(id);
+            Ok((request, plugin_request))
+        })
+        .await
+        .map_err(Refused::unread)?;
+    let events = plugin_request
         .and_then(|plugin_request| {
             dispatch(&runtime, &request.model, &headers, plugin_request, started)
         })
-        .map_err(|e| Refused::new(&request.model, e))?;
+        .map_err(|e| Refused::new(runtime.model_label(&request.model), e))?;
     let instance = events.instance().clone();
     let meta = ChunkMeta {
         id: format!("chatcmpl-{id}"),
@@ -61,18 +78,25 @@ pub async fn chat_completions(
     })
 }
 
-pub fn parse_body<T: serde::de::DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<T, ApiError> {
-    let body = body.map_err(|rejection| {
+pub fn read_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
         ApiError::new(
             rejection.status(),
             "invalid_request_error",
             "invalid_body",
             rejection.body_text(),
         )
-    })?;
-    serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    })
+}
+
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+}
+
+/// What the chat endpoint does with a body before routing it: the JSON parse and the
+/// conversion to the plugin request (media decoded). Public for the fuzz targets.
+pub fn chat_request_from_json(body: &[u8], id: u64) -> Result<Request, ApiError> {
+    parse_json::<ChatRequest>(body)?.to_plugin(id)
 }
 
 pub struct ChunkMeta {

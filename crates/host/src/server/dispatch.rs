@@ -4,8 +4,9 @@
 
 use super::{error::ApiError, event_stream::EventStream};
 use crate::{instance::Refusal, router::RouteError, runtime::Runtime};
+use abi_stable::std_types::ROption;
 use axum::http::HeaderMap;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_plugin_api::Request;
 
 const RESOLVE_ATTEMPTS: usize = 3;
@@ -14,10 +15,19 @@ pub fn dispatch(
     runtime: &Runtime,
     model: &str,
     headers: &HeaderMap,
-    request: Request,
+    mut request: Request,
     started: Instant,
 ) -> Result<EventStream, ApiError> {
     let retry_after = runtime.current().config.server().retry_after_secs;
+    // The wall-clock limit from the request's arrival: the plugin gets it as the deadline, and
+    // the event stream ends the request there if the plugin does not.
+    let timeout_secs = runtime.current().config.server().request_timeout_secs;
+    let deadline = started + Duration::from_secs_f64(timeout_secs);
+    let unix_deadline = SystemTime::now() + deadline.saturating_duration_since(Instant::now());
+    let unix_ms = unix_deadline
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    request.deadline_unix_ms = ROption::RSome(unix_ms);
     let modality = request.modality();
     let mut last_generation = None;
     for _ in 0..RESOLVE_ATTEMPTS {
@@ -38,7 +48,7 @@ pub fn dispatch(
         for instance in candidates {
             let metrics = &runtime.metrics;
             match EventStream::open(&instance, request.clone(), metrics, model, started) {
-                Ok(events) => return Ok(events),
+                Ok(events) => return Ok(events.with_deadline(deadline, timeout_secs)),
                 Err(Refusal::Full(m)) => full = Some(m),
                 Err(Refusal::Unavailable(m)) => unavailable = Some(m),
                 Err(Refusal::Unsupported(m)) => unsupported = Some(m),

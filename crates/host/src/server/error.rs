@@ -92,6 +92,24 @@ impl ApiError {
         )
     }
 
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "invalid_request_error",
+            code,
+            message,
+        )
+    }
+    /// A body of another content type than `expected`.
+    pub fn unsupported_media_type(expected: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "unsupported_media_type",
+            format!("this endpoint accepts content-type: {expected} only"),
+        )
+    }
+
     pub fn from_plugin(error: &PluginError, retry_after: u32) -> Self {
         let message = error.message.to_string();
         match error.kind {

@@ -13,18 +13,20 @@
 
 use super::{error::ApiError, record::RequestRecord};
 use crate::{
-    instance::{endpoint_name, Admission, Instance, Refusal},
+    instance::{endpoint_name, Admission, Instance, InstanceState, Refusal},
     metrics::{Metrics, ServedBy},
+    sink::EventReceiver,
 };
 use abi_stable::std_types::RString;
 use futures_util::{stream, Stream};
 use std::{
+    future::Future,
+    pin::Pin,
     sync::Arc,
     task::{ready, Context, Poll},
     time::Instant,
 };
 use switchyard_plugin_api::{Event, FinishReason, PluginError, Request, TokenLogprobs, Usage};
-use tokio::sync::mpsc;
 
 /// One step of an answer. The last step is `Finished` or `Failed`; nothing follows it.
 #[derive(Debug)]
@@ -61,6 +63,13 @@ pub enum Failure {
     MissingLogprobs,
     #[error("the model ended the request without finishing it")]
     NoTerminalEvent,
+    /// The plugin ended the request as cancelled although its client was still there: a
+    /// shutdown, a drain that reached its deadline, or the plugin's own deadline.
+    #[error("{0}")]
+    Cancelled(String),
+    /// The host's wall-clock limit (`request_timeout_secs`) passed.
+    #[error("the request ran past request_timeout_secs = {0}")]
+    Deadline(f64),
 }
 
 impl Failure {
@@ -69,6 +78,18 @@ impl Failure {
         match self {
             Self::Plugin(error) => ApiError::from_plugin(error, retry_after),
             Self::MissingLogprobs | Self::NoTerminalEvent => ApiError::internal(self.to_string()),
+            Self::Cancelled(message) => ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "cancelled",
+                message.clone(),
+            ),
+            Self::Deadline(_) => ApiError::new(
+                axum::http::StatusCode::GATEWAY_TIMEOUT,
+                "server_error",
+                "request_timeout",
+                self.to_string(),
+            ),
         }
     }
 
@@ -77,6 +98,7 @@ impl Failure {
     fn recorded_as(&self) -> (u16, &'static str) {
         match self {
             Self::NoTerminalEvent => (500, "no_terminal_event"),
+            Self::Deadline(_) => (504, "request_timeout"),
             other => {
                 // `Retry-After` does not change the status or the code.
                 let error = other.to_api_error(0);
@@ -88,10 +110,18 @@ impl Failure {
 
 pub struct EventStream {
     admission: Admission,
-    events: mpsc::UnboundedReceiver<Event>,
+    events: EventReceiver,
     record: RequestRecord,
     logprobs_wanted: bool,
     ended: bool,
+    deadline: Option<Deadline>,
+}
+
+/// The host's wall-clock limit of a request.
+struct Deadline {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    /// `request_timeout_secs`, for the error.
+    secs: f64,
 }
 
 impl EventStream {
@@ -108,8 +138,8 @@ impl EventStream {
         let logprobs_wanted = request.logprobs.is_some();
         let (admission, events) = instance.submit(request)?;
         let served_by = ServedBy {
-            instance: instance.name.clone(),
-            plugin_version: instance.plugin.version().to_string(),
+            instance: instance.name.clone().into(),
+            plugin_version: instance.plugin.version().to_string().into(),
         };
         let record = RequestRecord::new(metrics.clone(), served_by, model, endpoint, started);
         Ok(Self {
@@ -118,7 +148,18 @@ impl EventStream {
             record,
             logprobs_wanted,
             ended: false,
+            deadline: None,
         })
+    }
+
+    /// Fails the request with [`Failure::Deadline`] at `at` unless it ended before; `secs` is
+    /// the limit the error names. (The plugin got the same deadline in the request.)
+    pub fn with_deadline(mut self, at: Instant, secs: f64) -> Self {
+        self.deadline = Some(Deadline {
+            sleep: Box::pin(tokio::time::sleep_until(at.into())),
+            secs,
+        });
+        self
     }
 
     /// The instance serving the request.
@@ -167,6 +208,16 @@ impl EventStream {
     /// The next step; only for a stream that has not ended.
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
         loop {
+            if let Some(deadline) = &mut self.deadline {
+                if deadline.sleep.as_mut().poll(cx).is_ready() {
+                    // Not marked finished: dropping the admission cancels it in the plugin.
+                    let failure = Failure::Deadline(deadline.secs);
+                    let (status, kind) = failure.recorded_as();
+                    self.record.fail(status, kind);
+                    self.ended = true;
+                    return Poll::Ready(Step::Failed(failure));
+                }
+            }
             let event = ready!(self.events.poll_recv(cx));
             if let Some(step) = self.step(event) {
                 return Poll::Ready(step);
@@ -179,7 +230,25 @@ impl EventStream {
         if matches!(event, Some(Event::Token { .. })) {
             self.record.token();
         }
-        let step = read(event, self.logprobs_wanted)?;
+        let mut step = read(event, self.logprobs_wanted)?;
+        if let Step::Finished {
+            reason: FinishReason::Cancelled,
+            ..
+        } = step
+        {
+            // Nobody cancels a request whose client is still reading but a shutdown, a drain
+            // cut at its deadline or a deadline: that is no answer, whatever it looks like.
+            let message = if self.instance().state() == InstanceState::Ready {
+                "the model cancelled the request".to_string()
+            } else {
+                format!(
+                    "the request was cut when model {} was stopped (a reload or shutdown \
+                     reached drain_timeout_secs)",
+                    self.instance().name
+                )
+            };
+            step = Step::Failed(Failure::Cancelled(message));
+        }
         match &step {
             Step::Token { .. } => {}
             Step::Finished { .. } => {

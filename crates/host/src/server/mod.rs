@@ -6,13 +6,18 @@ mod dispatch;
 pub mod error;
 pub mod event_stream;
 mod health;
+mod listener;
 mod logprobs;
 mod openai;
 pub mod outcome;
 mod record;
 mod transcriptions;
 
-use crate::{instance::endpoint_name, metrics::Metrics, reload, runtime::Runtime};
+pub use chat::chat_request_from_json;
+
+use crate::{
+    config::ServerConfig, instance::endpoint_name, metrics::Metrics, reload, runtime::Runtime,
+};
 use axum::{
     extract::DefaultBodyLimit,
     middleware,
@@ -50,22 +55,35 @@ fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
 pub fn main_router(runtime: Arc<Runtime>) -> Router {
     let server = runtime.current().config.server().clone();
     let mut router = api_routes(&runtime.metrics);
-    if let Some(token) = server.admin_token.clone() {
-        router = router.merge(admin::routes().layer(middleware::from_fn_with_state(
-            Arc::new(token),
-            admin::require_token,
-        )));
+    if let Some(token) = server.admin_token.as_deref() {
+        let guard = Arc::new(admin::AdminGuard::new(Some(token), false));
+        router = router
+            .merge(admin::routes().layer(middleware::from_fn_with_state(guard, admin::guard)));
     }
-    router
-        .layer(DefaultBodyLimit::max(server.max_body_bytes))
-        .with_state(runtime)
+    with_body_limits(router, &server).with_state(runtime)
 }
 
-/// The admin listener's router (loopback only; no token needed).
+/// The admin listener's router (a loopback address): the token, or a loopback peer naming a
+/// loopback `Host` (see `admin::guard`).
 pub fn admin_router(runtime: Arc<Runtime>) -> Router {
-    admin::routes()
-        .route("/health", get(health::health))
-        .with_state(runtime)
+    let server = runtime.current().config.server().clone();
+    let guard = Arc::new(admin::AdminGuard::new(server.admin_token.as_deref(), true));
+    let router = admin::routes()
+        .layer(middleware::from_fn_with_state(guard, admin::guard))
+        .route("/health", get(health::health));
+    with_body_limits(router, &server).with_state(runtime)
+}
+
+/// Every body is read whole within `body_read_timeout_secs` and `max_body_bytes` before a
+/// handler sees it (see `listener::read_body_within`).
+fn with_body_limits(router: Router<Arc<Runtime>>, server: &ServerConfig) -> Router<Arc<Runtime>> {
+    let limits = Arc::new(listener::HttpLimits::of(server));
+    router
+        .layer(DefaultBodyLimit::max(server.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            limits,
+            listener::read_body_within,
+        ))
 }
 
 /// Why serving stopped with an error. The messages are those of the underlying errors.
@@ -90,36 +108,30 @@ pub async fn serve(
     tracing::info!(%main_addr, "listening");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
+    // The listeners' limits are read once, at start (like the addresses).
+    let server = runtime.current().config.server().clone();
+    let limits = listener::HttpLimits::of(&server);
+    let drain = Duration::from_secs_f64(server.drain_timeout_secs);
     let app = main_router(runtime.clone());
-    tasks.spawn(serve_until_stopped(main, app, stop_rx.clone()));
+    let serving = listener::serve(main, app, limits.clone(), drain, stop_rx.clone());
+    tasks.spawn(serving);
     if let Some(addr) = admin {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        tracing::info!(admin_addr = %listener.local_addr()?, "admin listening");
+        let admin = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(admin_addr = %admin.local_addr()?, "admin listening");
         let app = admin_router(runtime.clone());
-        tasks.spawn(serve_until_stopped(listener, app, stop_rx.clone()));
+        tasks.spawn(listener::serve(admin, app, limits, drain, stop_rx.clone()));
     }
     reload::triggers::spawn(&runtime)?;
 
     wait_for_termination().await;
     tracing::info!("shutting down: draining instances");
     let deadline = Duration::from_secs_f64(runtime.current().config.server().drain_timeout_secs);
+    // The listeners stop accepting and give their connections the same deadline as the
+    // instances, so the process ends within `drain_timeout_secs` (plus the plugins' shutdown).
     let _ = stop_tx.send(true);
     runtime.shutdown(deadline).await;
     while tasks.join_next().await.is_some() {}
     Ok(())
-}
-
-/// Serves `app` on `listener` until `stop` turns true, then finishes the open connections.
-async fn serve_until_stopped(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await
 }
 
 async fn wait_for_termination() {

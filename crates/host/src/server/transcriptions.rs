@@ -131,6 +131,11 @@ pub async fn transcriptions(
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Served, Refused> {
     let started = Instant::now();
+    if !super::admin::content_type_is(&headers, "multipart/form-data") {
+        return Err(Refused::unread(ApiError::unsupported_media_type(
+            "multipart/form-data",
+        )));
+    }
     let form = read_form(multipart).await.map_err(Refused::unread)?;
     let (model, data, format, response_format) = form.checked().map_err(Refused::unread)?;
     let mut parts = vec![Part::Audio {
@@ -155,7 +160,7 @@ pub async fn transcriptions(
         )
     };
     let events = dispatch(&runtime, &model, &headers, request, started)
-        .map_err(|e| Refused::new(&model, e))?;
+        .map_err(|e| Refused::new(runtime.model_label(&model), e))?;
     let instance = events.instance().clone();
     let retry_after = runtime.current().config.server().retry_after_secs;
     let response = if form.stream {

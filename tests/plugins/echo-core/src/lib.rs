@@ -10,6 +10,7 @@
 //! | `tag_tokens` | false | prefix every token with `[plugin@version/label]` |
 //! | `fail_on_create` / `panic_on_create` | false | model creation fails / panics |
 //! | `fail_on_warm` | false | warm-up fails |
+//! | `warm_delay_ms` | 0 | warm-up sleeps this long first (a slow or hung warm-up) |
 //! | `inline` | false | answer inside `submit` on the caller's thread (measures the bare ABI cost) |
 //!
 //! Log probabilities: echo's distribution is a point mass on the echoed word, so every token has
@@ -55,6 +56,8 @@ pub struct EchoSettings {
     pub panic_on_create: bool,
     #[serde(default)]
     pub fail_on_warm: bool,
+    #[serde(default)]
+    pub warm_delay_ms: u64,
     #[serde(default)]
     pub inline: bool,
 }
@@ -160,6 +163,7 @@ impl State {
 
 impl PluginModel for EchoModel {
     fn warm(&self) -> Result<(), PluginError> {
+        thread::sleep(Duration::from_millis(self.settings.warm_delay_ms));
         if self.settings.fail_on_warm {
             return Err(PluginError::internal("fail_on_warm is set"));
         }

@@ -1,0 +1,175 @@
+//! Serving one listener with the HTTP limits of `[server]` (see "Security and limits" in
+//! `docs/operations.md`), with hyper's and tokio's own settings rather than timers of our own:
+//!
+//! - at most `max_connections` connections at once: a semaphore permit is taken before each
+//!   `accept`, so the rest wait in the kernel's queue and cost the process nothing;
+//! - hyper's `header_read_timeout` (`header_read_timeout_secs`), which also closes a kept-alive
+//!   connection that sends no next request in that time;
+//! - [`read_body_within`]: the whole body within `body_read_timeout_secs` (HTTP 408), and no
+//!   more than `max_body_bytes` (HTTP 413, at once when `Content-Length` says so);
+//! - the peer address as [`axum::extract::ConnectInfo`], for the admin guard;
+//! - on stop, no new connections, and the open ones finish within the drain deadline
+//!   (hyper-util's `GracefulShutdown`), after which they are dropped.
+//!
+//! The server speaks HTTP/1.1 only, as before (axum's `http2` feature was never enabled).
+
+use super::error::ApiError;
+use crate::config::ServerConfig;
+use axum::{
+    body::Body,
+    extract::{ConnectInfo, Request, State},
+    http::{header, HeaderValue, StatusCode},
+    middleware::Next,
+    response::{IntoResponse, Response},
+    Router,
+};
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::{sync::Arc, time::Duration};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tower::ServiceExt;
+
+/// The limits one listener enforces, from `[server]` (read once at start).
+#[derive(Clone, Debug)]
+pub struct HttpLimits {
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub max_body_bytes: usize,
+    pub max_connections: usize,
+}
+
+impl HttpLimits {
+    pub fn of(server: &ServerConfig) -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs_f64(server.header_read_timeout_secs),
+            body_read_timeout: Duration::from_secs_f64(server.body_read_timeout_secs),
+            max_body_bytes: server.max_body_bytes,
+            max_connections: server.max_connections,
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `stop` turns true; then stops accepting and gives the open
+/// connections `drain` to finish their responses.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    drain: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    loop {
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = stopped(&mut stop) => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut stop) => break,
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            app.clone().oneshot(request.map(Body::new))
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain deadline passed with connections open; dropping them");
+    }
+    Ok(())
+}
+
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The layer (`axum::middleware::from_fn_with_state`) that reads a request's whole body within
+/// the body-read timeout and the size limit, so that no handler waits on a trickling client.
+pub async fn read_body_within(
+    State(limits): State<Arc<HttpLimits>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        let message = format!(
+            "the request body exceeds max_body_bytes = {}",
+            limits.max_body_bytes
+        );
+        close(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "invalid_body",
+            message,
+        ))
+    };
+    if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
+        return too_large();
+    }
+    let limited = http_body_util::Limited::new(body, limits.max_body_bytes);
+    let bytes = match tokio::time::timeout(limits.body_read_timeout, limited.collect()).await {
+        Err(_) => {
+            let message = format!(
+                "the request body did not arrive within body_read_timeout_secs = {}",
+                limits.body_read_timeout.as_secs_f64()
+            );
+            return close(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                "body_timeout",
+                message,
+            ));
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(e)) => {
+            return close(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_body",
+                format!("reading the request body failed: {e}"),
+            ))
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// An error after which the connection is not reused (its body may be half read).
+fn close(error: ApiError) -> Response {
+    let mut response = error.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}

@@ -1,0 +1,524 @@
+//! The serving surface under hostile clients (issue 15): safe metrics, HTTP limits, the admin
+//! guard, content types, operator caps, heavy work off the runtime, reload and drain.
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use switchyard_integration_tests::{plugin_lib, user, Server};
+
+/// One echo instance `bot` behind the route `chat`, with `server` lines in `[server]` and
+/// `model` lines in its `[[models]]` table.
+fn config(server: &str, settings: &str, model: &str) -> String {
+    format!(
+        r#"
+[server]
+{server}
+[[plugins]]
+name = "echo"
+path = "{echo}"
+[[models]]
+name = "bot"
+plugin = "echo"
+kind = "echo"
+settings = {{ {settings} }}
+{model}
+[[routes]]
+models = ["chat"]
+backends = [{{ model = "bot" }}]
+"#,
+        echo = plugin_lib("echo").display()
+    )
+}
+
+/// Parses `/metrics` with a real Prometheus text parser; panics when it cannot.
+fn parse_metrics(text: &str) -> prometheus_parse::Scrape {
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines).unwrap_or_else(|e| panic!("{e}:\n{text}"))
+}
+
+#[tokio::test]
+async fn hostile_model_names_leave_metrics_parseable_and_the_same_size() {
+    let server = Server::start(&config("", "", "")).await;
+    // One request under a known name and one under an unknown one, so both series exist.
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("hi")}))
+        .await;
+    assert_eq!(reply.status, 200);
+    let reply = server
+        .chat(json!({"model": "no-such-model", "messages": user("hi")}))
+        .await;
+    assert_eq!(reply.status, 404);
+    let before = server.metrics().await;
+    let scrape = parse_metrics(&before);
+    let unknown = |scrape: &prometheus_parse::Scrape| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == "switchyard_requests_total" && s.labels.get("model") == Some("unknown")
+            })
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+                ref other => panic!("{other:?}"),
+            })
+    };
+    assert_eq!(unknown(&scrape), Some(1.0), "{before}");
+
+    let hostile = [
+        "a\"} 1\nforged_total{x=\"1\"} 7\n".to_string(),
+        "line\nbreak\\".to_string(),
+        "x".repeat(100 * 1024),
+    ];
+    for name in &hostile {
+        let reply = server
+            .chat(json!({"model": name, "messages": user("hi")}))
+            .await;
+        assert_eq!(reply.status, 404, "{:?}", reply.body);
+    }
+    let after = server.metrics().await;
+    let scrape = parse_metrics(&after);
+    assert_eq!(unknown(&scrape), Some(4.0), "{after}");
+    assert_eq!(after.len(), before.len(), "{after}");
+    assert!(!after.contains("forged_total"), "{after}");
+    for sample in &scrape.samples {
+        if let Some(model) = sample.labels.get("model") {
+            assert!(["chat", "unknown"].contains(&model), "{model:?} in {after}");
+        }
+    }
+}
+
+/// Writes `bytes` one at a time, `every` apart, until the server closes the connection or
+/// `give_up` passes; returns how long after the start the connection was closed.
+async fn trickle(
+    addr: &str,
+    bytes: Vec<u8>,
+    every: Duration,
+    give_up: Duration,
+) -> Option<Duration> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = Instant::now();
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        for b in bytes.iter().cycle() {
+            if write.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(give_up, async {
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {} // a 408 before the close
+            }
+        }
+    })
+    .await
+    .ok();
+    writer.abort();
+    closed
+}
+
+/// The slowest of `n` `/health` requests made while something else goes on.
+async fn slowest_health(server: &Server, n: usize) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = server
+            .http
+            .get(format!("{}/health", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        slowest = slowest.max(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    slowest
+}
+
+#[tokio::test]
+async fn slowloris_and_trickled_bodies_are_closed_within_the_timeouts() {
+    let server = Server::start(&config(
+        "header_read_timeout_secs = 1\nbody_read_timeout_secs = 1",
+        "",
+        "",
+    ))
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let give_up = Duration::from_secs(10);
+    let head =
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaa".to_vec();
+    let mut slow = Vec::new();
+    for _ in 0..64 {
+        let (addr, head) = (addr.clone(), head.clone());
+        slow.push(tokio::spawn(async move {
+            trickle(&addr, head, Duration::from_millis(100), give_up).await
+        }));
+    }
+    let body_head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
+    let mut trickled = body_head.to_vec();
+    trickled.extend(std::iter::repeat_n(b' ', 1000));
+    let body = {
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            // The head goes at once (the body timer starts after it), then a byte per 50 ms.
+            use tokio::io::AsyncWriteExt;
+            let started = Instant::now();
+            let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            stream.write_all(body_head).await.unwrap();
+            let (mut read, mut write) = stream.into_split();
+            let writer = tokio::spawn(async move {
+                loop {
+                    if write.write_all(b" ").await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            });
+            use tokio::io::AsyncReadExt;
+            let mut answer = Vec::new();
+            let read = tokio::time::timeout(give_up, read.read_to_end(&mut answer)).await;
+            writer.abort();
+            (
+                read.is_ok(),
+                started.elapsed(),
+                String::from_utf8_lossy(&answer).to_string(),
+            )
+        })
+    };
+    // Meanwhile the server answers others at once.
+    let slowest = slowest_health(&server, 40).await;
+    assert!(
+        slowest < Duration::from_millis(500),
+        "/health took {slowest:?}"
+    );
+    for task in slow {
+        let closed = task
+            .await
+            .unwrap()
+            .expect("a slowloris connection stayed open 10 s");
+        assert!(closed < Duration::from_secs(4), "closed after {closed:?}");
+    }
+    let (closed, after, answer) = body.await.unwrap();
+    assert!(closed, "the trickled body stayed open 10 s");
+    assert!(after < Duration::from_secs(4), "closed after {after:?}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_read_timeout_secs = 1"), "{answer}");
+
+    // A kept-alive connection idle after its response is closed after the header-read timeout.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream
+            .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        let idle_since = Instant::now();
+        let eof = tokio::time::timeout(give_up, async {
+            while let Ok(n) = stream.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(
+            eof.is_ok(),
+            "an idle kept-alive connection stayed open 10 s"
+        );
+        let idle = idle_since.elapsed();
+        assert!(idle < Duration::from_secs(4), "closed after {idle:?}");
+    }
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("still here")}))
+        .await;
+    assert_eq!(reply.content(), "still here");
+}
+
+#[tokio::test]
+async fn connections_beyond_max_connections_wait() {
+    let server = Server::start(&config(
+        "max_connections = 4\nheader_read_timeout_secs = 60",
+        "",
+        "",
+    ))
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    // Server::start's client keeps a connection alive; a fresh client for every probe.
+    let probe = || async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(1500))
+            .build()
+            .unwrap();
+        client.get(format!("{}/health", server.base)).send().await
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    // The idle pooled connection of `server.http` may hold one of the four: drop it by
+    // closing the held ones only after the check.
+    assert!(probe().await.is_err(), "a fifth connection was served");
+    drop(held);
+    let r = probe().await.expect("served once the others closed");
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn admin_refuses_cross_site_and_foreign_host_and_endpoints_check_content_types() {
+    let server = Server::start(&config("", "", "")).await;
+    let reload = format!("{}/admin/reload", server.admin);
+    let status = format!("{}/admin/status", server.admin);
+    let send = |r: reqwest::RequestBuilder| async move {
+        let r = r.send().await.unwrap();
+        let code = r.status().as_u16();
+        (
+            code,
+            r.json::<serde_json::Value>().await.unwrap_or_default(),
+        )
+    };
+    let json_post = || {
+        server
+            .http
+            .post(&reload)
+            .header("content-type", "application/json")
+    };
+
+    let (code, body) = send(json_post().header("origin", "http://evil.example")).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["error"]["code"], "cross_site_request");
+    let (code, _) = send(json_post().header("sec-fetch-site", "cross-site")).await;
+    assert_eq!(code, 403);
+    // A form-like POST: no JSON content type, no admin header.
+    let (code, body) = send(
+        server
+            .http
+            .post(&reload)
+            .header("content-type", "text/plain"),
+    )
+    .await;
+    assert_eq!(code, 415, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("x-switchyard-admin"));
+    // DNS rebinding: a foreign Host on a loopback connection.
+    let (code, body) = send(server.http.get(&status).header("host", "evil.example:8081")).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["error"]["code"], "foreign_host");
+    // What stays allowed: loopback Host, same-origin, JSON or the admin header.
+    let generation = server.status().await["generation"].as_u64().unwrap();
+    let (code, body) = send(json_post().header("origin", "http://127.0.0.1:3000")).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send(server.http.post(&reload).header("x-switchyard-admin", "1")).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(server.status().await["generation"], generation + 2);
+
+    // Chat takes JSON only; transcription multipart only.
+    let chat = format!("{}/v1/chat/completions", server.base);
+    let body = json!({"model": "chat", "messages": user("hi")}).to_string();
+    let (code, reply) = send(
+        server
+            .http
+            .post(&chat)
+            .header("content-type", "text/plain")
+            .body(body.clone()),
+    )
+    .await;
+    assert_eq!(code, 415, "{reply}");
+    assert_eq!(reply["error"]["code"], "unsupported_media_type");
+    let (code, _) = send(server.http.post(&chat).body(body)).await;
+    assert_eq!(code, 415);
+    let transcription = format!("{}/v1/audio/transcriptions", server.base);
+    let (code, reply) = send(
+        server
+            .http
+            .post(&transcription)
+            .json(&json!({"model": "chat"})),
+    )
+    .await;
+    assert_eq!(code, 415, "{reply}");
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("fine")}))
+        .await;
+    assert_eq!(reply.content(), "fine");
+}
+
+#[tokio::test]
+async fn each_operator_cap_answers_400_naming_its_limit() {
+    let limits =
+        "limits = { max_tokens_limit = 8, default_max_tokens = 3, max_prompt_bytes = 100, \
+                  max_stop_sequences = 2, max_stop_bytes = 5, max_content_parts = 3 }";
+    let server = Server::start(&config("", "", limits)).await;
+    let refused = |body: serde_json::Value, limit: &'static str| {
+        let server = &server;
+        async move {
+            let reply = server.chat(body).await;
+            assert_eq!(reply.status, 400, "{limit}: {:?}", reply.body);
+            let message = reply.body["error"]["message"].as_str().unwrap().to_string();
+            assert!(message.contains(limit), "{limit} not named in {message}");
+            message
+        }
+    };
+    let message = refused(
+        json!({"model": "chat", "messages": user("hi"), "max_tokens": 100000}),
+        "max_tokens_limit = 8",
+    )
+    .await;
+    assert!(message.contains("max_tokens 100000"), "{message}");
+    refused(
+        json!({"model": "chat", "messages": user(&"x".repeat(101))}),
+        "max_prompt_bytes = 100",
+    )
+    .await;
+    refused(
+        json!({"model": "chat", "messages": user("hi"), "stop": ["a", "b", "c"]}),
+        "max_stop_sequences = 2",
+    )
+    .await;
+    refused(
+        json!({"model": "chat", "messages": user("hi"), "stop": "toolong"}),
+        "max_stop_bytes = 5",
+    )
+    .await;
+    let parts: Vec<_> = (0..4)
+        .map(|_| json!({"type": "text", "text": "a"}))
+        .collect();
+    refused(
+        json!({"model": "chat", "messages": [{"role": "user", "content": parts}]}),
+        "max_content_parts = 3",
+    )
+    .await;
+    // Within the caps: served; without max_tokens the default (3) applies.
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("one two three four five"), "stop": ["zz"], "max_tokens": 8}))
+        .await;
+    assert_eq!(reply.content(), "one two three four five");
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("one two three four five")}))
+        .await;
+    assert_eq!(reply.content(), "one two three");
+    assert_eq!(reply.body["choices"][0]["finish_reason"], "length");
+}
+
+#[tokio::test]
+async fn large_media_requests_do_not_stall_health() {
+    use base64::Engine as _;
+    // The mirror flavour of the echo plugin takes media.
+    let config = config("max_body_bytes = 16777216", "", "")
+        .replace(
+            &plugin_lib("echo").display().to_string(),
+            &plugin_lib("mirror").display().to_string(),
+        )
+        .replace("kind = \"echo\"", "kind = \"mirror\"");
+    let server = Server::start(&config).await;
+    let image = base64::engine::general_purpose::STANDARD.encode(vec![7u8; 4 << 20]);
+    let body = json!({"model": "chat", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{image}")}}]}]});
+    let mut heavy = Vec::new();
+    for _ in 0..6 {
+        heavy.push(server.chat_in_background(body.clone()));
+    }
+    let slowest = slowest_health(&server, 30).await;
+    for task in heavy {
+        let text = task.await.unwrap();
+        assert!(
+            text.contains("[image:4194304B]"),
+            "{}",
+            &text[..text.len().min(300)]
+        );
+    }
+    assert!(
+        slowest < Duration::from_millis(200),
+        "/health took {slowest:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_whose_warm_up_hangs_times_out_and_the_old_deployment_serves() {
+    let server = Server::start(&config("reload_timeout_secs = 1", "", "")).await;
+    let generation = server.status().await["generation"].clone();
+    server.rewrite_config(&config(
+        "reload_timeout_secs = 1",
+        "warm_delay_ms = 8000",
+        "",
+    ));
+    let t = Instant::now();
+    let (code, body) = server.reload().await;
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(code, 422, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains("reload_timeout_secs = 1"), "{error}");
+    assert_eq!(server.status().await["generation"], generation);
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user("old one")}))
+        .await;
+    assert_eq!(reply.content(), "old one");
+}
+
+#[tokio::test]
+async fn requests_cut_at_the_drain_deadline_or_past_their_timeout_get_errors() {
+    let slow = "token_delay_ms = 200";
+    let server_lines = "drain_timeout_secs = 0.5";
+    let server = Server::start(&config(server_lines, slow, "")).await;
+    let words = "w ".repeat(40);
+    let body = json!({"model": "chat", "messages": user(&words)});
+    let plain = server.chat_in_background(body.clone());
+    let streamed = {
+        let mut body = body.clone();
+        body["stream"] = json!(true);
+        let server_http = server.http.clone();
+        let url = format!("{}/v1/chat/completions", server.base);
+        tokio::spawn(async move {
+            server_http
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A changed setting makes a new instance; the old one drains for 0.5 s, then is cut.
+    server.rewrite_config(&config(server_lines, "token_delay_ms = 201", ""));
+    let (code, body) = server.reload().await;
+    assert_eq!(code, 200, "{body}");
+    let plain = plain.await.unwrap();
+    let plain: serde_json::Value = serde_json::from_str(&plain).unwrap();
+    assert_eq!(plain["error"]["code"], "cancelled", "{plain}");
+    assert!(
+        plain["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("drain_timeout_secs"),
+        "{plain}"
+    );
+    let streamed = streamed.await.unwrap();
+    assert!(streamed.contains("\"code\":\"cancelled\""), "{streamed}");
+    assert!(!streamed.contains("[DONE]"), "{streamed}");
+
+    // The wall-clock limit of one request.
+    let server = Server::start(&config("request_timeout_secs = 1", slow, "")).await;
+    let t = Instant::now();
+    let reply = server
+        .chat(json!({"model": "chat", "messages": user(&words)}))
+        .await;
+    assert_eq!(reply.status, 504, "{:?}", reply.body);
+    assert_eq!(reply.body["error"]["code"], "request_timeout");
+    assert!(reply.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("request_timeout_secs = 1"));
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+}

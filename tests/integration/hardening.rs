@@ -522,3 +522,138 @@ async fn requests_cut_at_the_drain_deadline_or_past_their_timeout_get_errors() {
         .contains("request_timeout_secs = 1"));
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
 }
+
+/// Resident memory of a process, in kB, from `/proc/<pid>/status`.
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/<pid>/status")
+}
+
+/// The whole hostile mix against one server (a mirror instance, which takes media and
+/// transcriptions): forged model names, bad JSON, oversized and trickled bodies, wrong content
+/// types, cross-site and foreign-Host admin calls, requests over every cap, and large media.
+/// Afterwards it still answers chat, transcription and reload, and its resident memory is within
+/// 1.5× of where it started.
+#[tokio::test]
+async fn after_the_hostile_mix_the_server_serves_and_its_memory_is_back() {
+    use base64::Engine as _;
+    use tokio::io::AsyncWriteExt;
+    let config = config(
+        "max_body_bytes = 8388608\nheader_read_timeout_secs = 1\nbody_read_timeout_secs = 1",
+        "",
+        "limits = { max_tokens_limit = 64, max_stop_sequences = 4 }",
+    )
+    .replace(
+        &plugin_lib("echo").display().to_string(),
+        &plugin_lib("mirror").display().to_string(),
+    )
+    .replace("kind = \"echo\"", "kind = \"mirror\"");
+    let server = Server::start(&config).await;
+    let normal = json!({"model": "chat", "messages": user("one two three"), "max_tokens": 8});
+    // Warm every path once, so that one-time allocations (pools, tables) count as the start.
+    assert_eq!(server.chat(normal.clone()).await.content(), "one two three");
+    let (status, _) = server.transcribe("chat", "a.wav", vec![0u8; 44], &[]).await;
+    assert_eq!(status, 200);
+    server.metrics().await;
+    let start = rss_kb(server.pid());
+
+    let post = |body: Vec<u8>, content_type: &'static str| {
+        server
+            .http
+            .post(format!("{}/v1/chat/completions", server.base))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let image = base64::engine::general_purpose::STANDARD.encode(vec![7u8; 3 << 20]);
+    for round in 0..3 {
+        for name in ["a\"b", "x\ny", &"m".repeat(100_000)] {
+            let reply = server
+                .chat(json!({"model": name, "messages": user("x")}))
+                .await;
+            assert_eq!(reply.status, 404, "round {round}");
+        }
+        for body in [&b"{not json"[..], b"[]", b"{\"model\": 1}", b"\xff\xfe"] {
+            let status = post(body.to_vec(), "application/json")
+                .await
+                .unwrap()
+                .status();
+            assert_eq!(status, 400, "round {round}: {body:?}");
+        }
+        // Over max_body_bytes: answered 413, or cut off while the client still writes.
+        let oversized = vec![b' '; 9 << 20];
+        match post(oversized, "application/json").await {
+            Ok(reply) => assert_eq!(reply.status(), 413, "round {round}"),
+            Err(e) => assert!(e.is_request(), "round {round}: {e}"),
+        }
+        let status = post(normal.to_string().into_bytes(), "text/plain")
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 415, "round {round}");
+        let reply = server
+            .chat(json!({"model": "chat", "messages": user("x"), "max_tokens": 100000}))
+            .await;
+        assert_eq!(reply.status, 400, "round {round}");
+        let stops: Vec<String> = (0..5000).map(|i| format!("{i:0>200}")).collect();
+        let reply = server
+            .chat(json!({"model": "chat", "messages": user("x"), "stop": stops}))
+            .await;
+        assert_eq!(reply.status, 400, "round {round}");
+        let cross_site = server
+            .http
+            .post(format!("{}/admin/reload", server.admin))
+            .header("origin", "https://evil.example")
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(cross_site, 403, "round {round}");
+        let foreign = server
+            .http
+            .get(format!("{}/admin/status", server.admin))
+            .header("host", "evil.example")
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(foreign, 403, "round {round}");
+        // Half-open connections that never finish their headers.
+        let addr = server.base.trim_start_matches("http://").to_string();
+        let mut half_open = Vec::new();
+        for _ in 0..16 {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+                .await
+                .unwrap();
+            half_open.push(s);
+        }
+        let media = json!({"model": "chat", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{image}")}}]}]});
+        let reply = server.chat(media).await;
+        assert_eq!(reply.status, 200, "round {round}: {:?}", reply.body);
+        drop(half_open);
+    }
+    // Let the header-read timeout close what the hostile clients left behind.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    assert_eq!(server.chat(normal).await.content(), "one two three");
+    let (status, body) = server.transcribe("chat", "a.wav", vec![0u8; 44], &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, report) = server.reload().await;
+    assert_eq!(status, 200, "{report}");
+    let metrics = server.metrics().await;
+    parse_metrics(&metrics);
+    let end = rss_kb(server.pid());
+    assert!(
+        end * 2 <= start * 3,
+        "resident memory grew from {start} kB to {end} kB (more than 1.5×)"
+    );
+}

@@ -103,6 +103,9 @@ pub async fn serve(
     listen: SocketAddr,
     admin: Option<SocketAddr>,
 ) -> Result<(), ServeError> {
+    // The triggers come first: once the listener answers `/ready`, a client may edit the config
+    // file or send SIGHUP, and neither may be lost (an early SIGHUP would even end the process).
+    reload::triggers::spawn(&runtime)?;
     let main = tokio::net::TcpListener::bind(listen).await?;
     let main_addr = main.local_addr()?;
     tracing::info!(%main_addr, "listening");
@@ -121,7 +124,6 @@ pub async fn serve(
         let app = admin_router(runtime.clone());
         tasks.spawn(listener::serve(admin, app, limits, drain, stop_rx.clone()));
     }
-    reload::triggers::spawn(&runtime)?;
 
     wait_for_termination().await;
     tracing::info!("shutting down: draining instances");

@@ -2,7 +2,8 @@
 //! encoder, projections and the multimodal merge.
 //!
 //! Entry points:
-//! - [`Phi4mm::load`] builds every component from a validated [`Checkpoint`];
+//! - [`Phi4mm::load`] builds every component from a validated
+//!   [`Checkpoint`](crate::checkpoint::Checkpoint);
 //! - [`Phi4mm::prepare`] turns ids + media into prompt embeddings and the row's adapter/branch;
 //! - [`Decoder::step`] runs a batch of rows (the scheduler's primitive);
 //! - [`HostBackend`] is the model behind [`crate::step::StepBackend`] and its media stage, for the

@@ -8,7 +8,8 @@
 //! that states no length (or lies about it) is stopped while decoding, before the packet that
 //! would pass a limit is stored.
 
-use super::{AudioError, AudioOptions, SampleLimit};
+use super::error::{AudioError, SampleLimit};
+use super::options::AudioOptions;
 use std::io::Cursor;
 
 /// Mono samples and their rate.

@@ -3,8 +3,8 @@
 //! complex64, power, mel product and log in float32. Following these steps matters: an all-f64
 //! pipeline drifts by up to 7.5e-4 on quiet bins.
 
+use super::constants::N_MELS;
 use super::mel::{self, N_BINS};
-use super::N_MELS;
 use realfft::RealFftPlanner;
 
 /// 16 kHz analysis window (25 ms).

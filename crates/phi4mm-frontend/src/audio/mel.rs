@@ -34,7 +34,7 @@ pub fn weight_f64(m: usize, k: usize) -> f64 {
         return 0.0;
     }
     let (mlo, mhi) = (mel(FMIN), mel(FMAX));
-    let n_points = super::N_MELS + 2;
+    let n_points = super::constants::N_MELS + 2;
     // numpy.linspace: start + i·step, with the last point set to `stop` exactly.
     let step = (mhi - mlo) / (n_points - 1) as f64;
     let point = |i: usize| {
@@ -44,7 +44,7 @@ pub fn weight_f64(m: usize, k: usize) -> f64 {
             mlo + i as f64 * step
         }
     };
-    let spacing = (mhi - mlo) / (super::N_MELS + 1) as f64;
+    let spacing = (mhi - mlo) / (super::constants::N_MELS + 1) as f64;
     let (left, center, right) = (point(m), point(m + 1), point(m + 2));
     let mbin = bin_to_mel(k);
     if left < mbin && mbin < right {
@@ -67,7 +67,7 @@ pub struct MelBank {
 pub fn bank() -> &'static MelBank {
     static BANK: OnceLock<MelBank> = OnceLock::new();
     BANK.get_or_init(|| {
-        let n = super::N_MELS;
+        let n = super::constants::N_MELS;
         let mut weights = vec![0f32; N_BINS * n];
         for k in 0..N_BINS {
             for m in 0..n {

@@ -1,6 +1,6 @@
 //! Sampling-rate handling: SciPy-equal polyphase resampling and the original code's rate rules.
 
-use super::ResampleMode;
+use super::resample_mode::ResampleMode;
 
 /// Which spectrum recipe the prepared waveform goes through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

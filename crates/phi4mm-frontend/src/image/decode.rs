@@ -1,6 +1,7 @@
 //! Bounded image decoding and Pillow-equal alpha compositing.
 
-use super::{ImageError, ImageOptions};
+use super::error::ImageError;
+use super::options::ImageOptions;
 use image::{DynamicImage, ImageFormat, ImageReader, RgbImage, RgbaImage};
 use std::io::Cursor;
 

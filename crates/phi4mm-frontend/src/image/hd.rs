@@ -1,7 +1,8 @@
 //! Dynamic-HD canvas: crop grid, resize, pad, patch mask and token count
 //! (docs/phi4mm-model.md §8.2–8.6).
 
-use super::{ImageError, CROP, MASK_SIDE, PATCH};
+use super::constants::{CROP, MASK_SIDE, PATCH};
+use super::error::ImageError;
 use image::RgbImage;
 
 /// The resized and padded source on the HD canvas, before normalisation.

@@ -10,44 +10,16 @@
 //! Entry points: [`preprocess`] (bytes) and [`preprocess_rgb`] (decoded pixels).
 
 pub mod bicubic;
+mod constants;
 pub mod decode;
+mod error;
 pub mod hd;
+mod options;
 pub mod resize;
 
-/// Side of one crop, in pixels.
-pub const CROP: usize = 448;
-/// Side of the vision tower's patch.
-pub const PATCH: usize = 14;
-/// Patches per crop side (448 / 14).
-pub const MASK_SIDE: usize = CROP / PATCH;
-
-/// Options of one preprocessing call.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ImageOptions {
-    /// Most sub-crops per image (`dynamic_hd`; 36 in the official preprocessor config).
-    pub max_crops: usize,
-    /// Decoded pixel limit (width × height), checked from the header before decoding.
-    pub max_pixels: u64,
-    /// Encoded size limit in bytes.
-    pub max_bytes: usize,
-}
-
-impl Default for ImageOptions {
-    fn default() -> Self {
-        Self::from_limits(&crate::limits::Limits::default())
-    }
-}
-
-impl ImageOptions {
-    /// Options with the per-image limits of `limits` and the official 36 crops.
-    pub fn from_limits(limits: &crate::limits::Limits) -> Self {
-        Self {
-            max_crops: 36,
-            max_pixels: limits.max_image_pixels,
-            max_bytes: limits.max_image_bytes,
-        }
-    }
-}
+pub use constants::{CROP, MASK_SIDE, PATCH};
+pub use error::ImageError;
+pub use options::ImageOptions;
 
 /// Model inputs of one image.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,41 +41,6 @@ impl PreprocessedImage {
     pub fn num_crops(&self) -> usize {
         1 + self.crop_grid.0 * self.crop_grid.1
     }
-}
-
-/// Everything that can go wrong between image bytes and crops.
-#[derive(Debug, thiserror::Error)]
-pub enum ImageError {
-    #[error("image is {got} bytes, over the limit max_image_bytes = {limit}")]
-    TooManyBytes { got: usize, limit: usize },
-    #[error(
-        "image is {width}x{height} = {pixels} pixels, over the limit max_image_pixels = {limit}"
-    )]
-    TooManyPixels {
-        width: u32,
-        height: u32,
-        pixels: u64,
-        limit: u64,
-    },
-    #[error("image is empty (0 bytes)")]
-    Empty,
-    #[error("unsupported image format (accepted: PNG, JPEG, WebP, GIF)")]
-    UnsupportedFormat,
-    #[error("cannot decode image: {0}")]
-    Decode(String),
-    #[error("image has zero width or height ({width}x{height})")]
-    ZeroSize { width: u32, height: u32 },
-    #[error("image {width}x{height} is too thin for a {canvas_w}x{canvas_h} canvas: it would resize to {resized_w}x{resized_h}")]
-    Degenerate {
-        width: u32,
-        height: u32,
-        canvas_w: usize,
-        canvas_h: usize,
-        resized_w: usize,
-        resized_h: usize,
-    },
-    #[error("max_crops must be at least 1")]
-    NoCrops,
 }
 
 /// Decodes an encoded image and preprocesses it.

@@ -11,11 +11,13 @@
 //! 2. the caller preprocesses the media in [`PromptIds::images`] / [`PromptIds::audios`] order;
 //! 3. [`Prompt::expand`] replaces the k-th placeholder id by its medium's token count.
 
+mod error;
 mod messages;
 mod special;
 mod template;
 mod token_bytes;
 
+pub use error::PromptError;
 pub use messages::{ContentPart, Message, Role};
 pub use special::SpecialTokens;
 
@@ -23,27 +25,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use template::Piece;
 use tokenizers::Tokenizer;
-
-/// Everything that can go wrong while building a prompt.
-#[derive(Debug, thiserror::Error)]
-pub enum PromptError {
-    #[error("cannot load {path}: {message}")]
-    Load { path: String, message: String },
-    #[error("tokenizer and config disagree: {0}")]
-    Config(String),
-    #[error("message {message} contains the reserved token {token:?}; special tokens cannot be typed in content")]
-    ReservedToken { message: usize, token: String },
-    #[error("{kind} placeholders and {kind}s do not match: {placeholders} placeholder(s), {media} {kind}(s)")]
-    CountMismatch {
-        kind: &'static str,
-        placeholders: usize,
-        media: usize,
-    },
-    #[error("message {message} ({role}) carries media; images and audio are only accepted in user turns")]
-    MediaOutsideUser { message: usize, role: &'static str },
-    #[error("tokenizer failed: {0}")]
-    Tokenize(String),
-}
 
 /// Token ids of a rendered prompt before expansion, with its media in binding order.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,6 +1,6 @@
 //! Special token ids from the checkpoint config, official values as defaults.
 
-use super::PromptError;
+use super::error::PromptError;
 use serde_json::Value;
 use std::path::Path;
 

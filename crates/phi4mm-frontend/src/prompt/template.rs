@@ -4,9 +4,9 @@
 //! `<|role|>` + content + `<|end|>`, then `<|assistant|>` when a generation prompt is wanted,
 //! else the eos token (`tokenizer_config.json`'s `chat_template` for Phi-4; no newlines).
 
+use super::error::PromptError;
 use super::messages::{ContentPart, Message, Role};
 use super::special::{AUDIO_TOKEN, IMAGE_TOKEN};
-use super::PromptError;
 use regex::Regex;
 use std::sync::OnceLock;
 

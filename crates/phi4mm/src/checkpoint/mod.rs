@@ -5,6 +5,7 @@
 pub mod config;
 pub mod error;
 pub mod layout;
+mod progress;
 pub mod schema;
 pub mod store;
 mod validate;
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 pub use config::{AudioConfig, Layout, LoraConfig, ModelConfig, TextConfig, VisionConfig};
 pub use error::{CheckpointError, Result};
 pub use layout::LoraAdapter;
+pub use progress::Progress;
 pub use store::{DType, TensorView, WeightData};
 
 /// A validated checkpoint: its config and every tensor under its canonical name.
@@ -34,9 +36,6 @@ impl std::fmt::Debug for Checkpoint {
             .finish()
     }
 }
-
-/// Called with (bytes checked, total bytes) while weights are scanned.
-pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 impl Checkpoint {
     /// Opens and validates `dir` (see [`Checkpoint::open_with_progress`]).

@@ -9,9 +9,9 @@ use rayon::prelude::*;
 use super::config::ModelConfig;
 use super::error::{CheckpointError, Result};
 use super::layout::{self, LoraAdapter, LORA_TARGETS};
+use super::progress::Progress;
 use super::schema::{self, Need};
 use super::store::TensorView;
-use super::Progress;
 
 pub fn validate(
     c: &ModelConfig,

@@ -7,7 +7,7 @@ use crate::step::{StepBackend, StepRow};
 
 use super::kv_cache::SequenceState;
 use super::media_stage::MediaStage;
-use super::Phi4mm;
+use super::phi4mm::Phi4mm;
 
 /// The host backend: [`Phi4mm`]'s decoder on the model's own thread pool.
 pub struct HostBackend(pub Arc<Phi4mm>);

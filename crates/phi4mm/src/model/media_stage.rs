@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::scheduler::{PrepareFn, RowError, RowPrompt};
 
 use super::merge::{MediaEncoders, MergedPrompt, PromptInput};
-use super::Phi4mm;
+use super::phi4mm::Phi4mm;
 
 /// One backend's media stage. Cheap to clone (it holds `Arc`s).
 #[derive(Clone)]

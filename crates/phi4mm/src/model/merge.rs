@@ -4,8 +4,8 @@
 use crate::adapter::{AdapterChoice, AdapterMode, AudioBranch};
 
 use super::audio::AudioEncoding;
+use super::phi4mm::Phi4mm;
 use super::vision::{ImageEncoding, ImageInput};
-use super::Phi4mm;
 
 /// Why a backend's encoder failed (the host encoders never do; a compiled one can fail at
 /// run time). Boxed, since the model does not know the backends' error types.

@@ -12,7 +12,8 @@ use super::queue::panic_message;
 use super::row::{Row, RowEnd};
 use crate::step::{StepBackend, StepRow};
 
-use super::{Detokenize, FinishReason, Outcome, Ready, RowError, Shared};
+use super::job::{Detokenize, FinishReason, Outcome, Ready, RowError};
+use super::state::{Shared, State};
 
 /// Longest sleep while idle; waiting jobs with deadlines are re-checked at least this often.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
@@ -171,7 +172,7 @@ fn new_row<B: StepBackend>(backend: &B, ready: Ready) -> Row<B::State> {
     Row::new(ready.job, ready.prompt, backend.new_state())
 }
 
-fn publish<S>(st: &mut super::State, slots: &[Option<Row<S>>]) {
+fn publish<S>(st: &mut State, slots: &[Option<Row<S>>]) {
     for (p, s) in st.slots.iter_mut().zip(slots) {
         *p = s.as_ref().map(|r| (r.id, r.adapter, r.audio_branch));
     }

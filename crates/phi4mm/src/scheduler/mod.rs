@@ -11,151 +11,28 @@
 //!   entry at once, or the slot at the next step boundary; every admitted row gets a fresh decoder
 //!   state and sampler, so a reused slot starts clean.
 
+mod config;
 mod driver;
+mod job;
 mod queue;
 mod row;
+mod state;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+pub use config::SchedulerConfig;
+pub use job::{
+    Detokenize, FinishReason, GenerationParams, Job, Outcome, PrepareFn, Refusal, RowError,
+    RowPrompt, RowSink,
+};
+
+use job::JobRest;
+use state::{Shared, State};
+
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use crate::adapter::{AdapterMode, AudioBranch};
-use crate::sampling::{Logprobs, SamplingConfig};
 use crate::step::StepBackend;
-
-/// Token ids → text (for streaming text and stop strings).
-pub type Detokenize = Arc<dyn Fn(&[u32]) -> String + Send + Sync>;
-
-/// A prompt as a row takes it: the output of a job's prepare function.
-pub struct RowPrompt {
-    /// `[prompt_tokens, hidden]`.
-    pub embeds: Vec<f32>,
-    pub prompt_tokens: usize,
-    pub adapter: AdapterMode,
-    /// The audio-projection branch the clips were encoded with, when the request had audio.
-    pub audio_branch: Option<AudioBranch>,
-}
-
-/// Why a row failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RowError {
-    /// The request is bad (found while preparing it).
-    Invalid(String),
-    /// A failure or a caught panic inside the model.
-    Internal(String),
-    /// The request's deadline passed.
-    Deadline,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    Stop,
-    Length,
-    Cancelled,
-}
-
-/// The terminal event of an admitted job (exactly one per job, unless its sink went away).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Finished {
-        reason: FinishReason,
-        prompt_tokens: usize,
-        completion_tokens: usize,
-    },
-    Failed(RowError),
-}
-
-/// Where a job's events go. Called from the scheduler's threads; keep it quick (a channel send).
-pub trait RowSink: Send + 'static {
-    /// The row got a slot. `false` = the client is gone: the row is dropped.
-    fn started(&mut self, prompt_tokens: usize) -> bool;
-    /// One sampled token and the text it adds, with its log probabilities when the job asked
-    /// for them. `false` = the client is gone.
-    fn token(&mut self, id: u32, text: &str, logprobs: Option<&Logprobs>) -> bool;
-    /// Logits at the last prompt position (tests and tools; ignored by default).
-    fn first_logits(&mut self, _logits: &[f32]) {}
-    fn done(&mut self, outcome: Outcome);
-}
-
-/// Turns a job's raw input into decoder input; runs on the media pool.
-pub type PrepareFn = Box<dyn FnOnce() -> Result<RowPrompt, RowError> + Send>;
-
-pub struct Job {
-    pub id: u64,
-    /// Prompt tokens charged against the queue's token bound at admission (known before
-    /// preparing; placeholders count once per medium until prepared).
-    pub prompt_tokens: usize,
-    pub prepare: PrepareFn,
-    pub generation: GenerationParams,
-    pub sink: Box<dyn RowSink>,
-}
-
-/// How a job generates and when it stops; it travels unchanged from admission to the slot.
-#[derive(Clone, Debug)]
-pub struct GenerationParams {
-    pub sampling: SamplingConfig,
-    /// Report log probabilities with every token: the sampled one's and this many best.
-    pub logprobs: Option<usize>,
-    pub max_new_tokens: usize,
-    /// Ids that end the row (EOS and the like); the id itself is still reported.
-    pub stop_ids: Vec<u32>,
-    pub stop_strings: Vec<String>,
-    pub deadline: Option<Instant>,
-}
-
-impl GenerationParams {
-    /// Greedy, `max_new_tokens` at most, no stops, no log probabilities, no deadline.
-    pub fn greedy(max_new_tokens: usize) -> Self {
-        GenerationParams {
-            sampling: SamplingConfig::default(),
-            logprobs: None,
-            max_new_tokens,
-            stop_ids: Vec::new(),
-            stop_strings: Vec::new(),
-            deadline: None,
-        }
-    }
-}
-
-/// Why a job was not admitted (it then got no event).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// Queue full (requests or tokens): try later.
-    Overloaded(String),
-    /// Draining or shut down.
-    Unavailable(String),
-    /// The job itself is unacceptable.
-    Invalid(String),
-}
-
-#[derive(Clone, Debug)]
-pub struct SchedulerConfig {
-    /// Rows decoded together.
-    pub slots: usize,
-    /// Requests admitted beyond the free slots.
-    pub max_queued: usize,
-    /// Prompt tokens of all waiting requests together.
-    pub max_queued_tokens: usize,
-    /// Threads of the media pool (decoding, preprocessing, encoders).
-    pub media_threads: usize,
-    /// Prompt tokens prefilled per decoder step, over all new rows: bounds how long one step
-    /// (and so every running row's next token) can be delayed by a long prompt.
-    pub prefill_chunk: usize,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        SchedulerConfig {
-            slots: 4,
-            max_queued: 16,
-            max_queued_tokens: 65_536,
-            media_threads: 1,
-            prefill_chunk: 512,
-        }
-    }
-}
 
 /// A snapshot of the scheduler.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -183,73 +60,6 @@ pub(crate) fn adapter_index(a: AdapterMode) -> usize {
         AdapterMode::None => 0,
         AdapterMode::Speech => 1,
         AdapterMode::Vision => 2,
-    }
-}
-
-/// A prepared job waiting for a slot.
-pub(crate) struct Ready {
-    pub job: JobRest,
-    pub prompt: RowPrompt,
-}
-
-/// A job without its prepare function.
-pub(crate) struct JobRest {
-    pub id: u64,
-    pub prompt_tokens: usize,
-    pub generation: GenerationParams,
-    pub sink: Box<dyn RowSink>,
-}
-
-#[derive(Default)]
-pub(crate) struct State {
-    /// Admitted and not in a slot: id → prompt tokens charged.
-    pub waiting: HashMap<u64, usize>,
-    pub queued_tokens: usize,
-    pub ready: VecDeque<Ready>,
-    /// Slot occupancy as the driver last published it.
-    pub slots: Vec<Option<(u64, AdapterMode, Option<AudioBranch>)>>,
-    /// Running rows to drop at the next step boundary.
-    pub cancel_running: HashSet<u64>,
-    pub draining: bool,
-    pub shutdown: bool,
-}
-
-impl State {
-    fn running(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
-    }
-
-    /// Forgets a waiting job's admission charge; false if it was not waiting.
-    pub fn unqueue(&mut self, id: u64) -> bool {
-        match self.waiting.remove(&id) {
-            Some(tokens) => {
-                self.queued_tokens -= tokens;
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-pub(crate) struct Shared {
-    pub state: Mutex<State>,
-    pub wake: Condvar,
-    pub config: SchedulerConfig,
-    /// See [`SchedulerStats::steps_by_rows`]; counted by the driver without the lock.
-    pub steps_by_rows: Vec<AtomicU64>,
-}
-
-impl Shared {
-    pub fn count_step(&self, rows: usize) {
-        if let Some(n) = rows.checked_sub(1).and_then(|i| self.steps_by_rows.get(i)) {
-            n.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock is caught by the driver; the state is still consistent
-        // enough to cancel everything, so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

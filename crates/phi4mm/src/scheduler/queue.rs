@@ -3,7 +3,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::{FinishReason, JobRest, Outcome, PrepareFn, Ready, Refusal, RowError, Shared};
+use super::job::{FinishReason, JobRest, Outcome, PrepareFn, Ready, Refusal, RowError};
+use super::state::Shared;
 
 /// Charges a job against the bounds, or refuses it leaving the state untouched.
 pub(crate) fn admit(shared: &Shared, id: u64, prompt_tokens: usize) -> Result<(), Refusal> {

@@ -4,7 +4,7 @@
 use crate::adapter::{AdapterMode, AudioBranch};
 use crate::sampling::Sampler;
 
-use super::{Detokenize, GenerationParams, JobRest, RowPrompt, RowSink};
+use super::job::{Detokenize, GenerationParams, JobRest, RowPrompt, RowSink};
 
 /// Why a row stops after the token just sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,7 +148,7 @@ mod tests {
         fn token(&mut self, _: u32, _: &str, _: Option<&crate::sampling::Logprobs>) -> bool {
             true
         }
-        fn done(&mut self, _: super::super::Outcome) {}
+        fn done(&mut self, _: crate::scheduler::job::Outcome) {}
     }
 
     fn row(stop_strings: &[&str], max: usize) -> Row<()> {

@@ -6,7 +6,7 @@
 use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, VisionConfig};
 
-use super::ImageInput;
+use super::input::ImageInput;
 
 /// Why an image's crops, pixels or masks do not fit its HD canvas.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

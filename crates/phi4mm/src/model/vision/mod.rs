@@ -2,8 +2,10 @@
 //! the image projection.
 
 mod hd;
+mod input;
 
 pub use hd::{HdLayout, ImageShapeError};
+pub use input::ImageInput;
 
 use rayon::prelude::*;
 
@@ -13,18 +15,6 @@ use crate::checkpoint::{Checkpoint, TensorView, VisionConfig};
 use super::encoder_layers::{Linear, Norm};
 use crate::kernels::matmul::sgemm;
 use crate::kernels::ops::{add_in_place, gelu_erf, gelu_tanh, layer_norm, softmax};
-
-/// One preprocessed image: global crop first, then the sub-crops in row-major order.
-#[derive(Clone, Debug)]
-pub struct ImageInput {
-    /// `[crops, channels, size, size]`, normalised to [-1, 1].
-    pub pixel_values: Vec<f32>,
-    /// `[crops, grid, grid]` patch mask (1 = valid).
-    pub patch_masks: Vec<u8>,
-    pub crops: usize,
-    /// HD canvas `[height, width]` in pixels (multiples of the crop size).
-    pub canvas: [usize; 2],
-}
 
 struct SiglipLayer {
     ln1: Norm,

@@ -1,0 +1,64 @@
+//! The state the scheduler's threads share under one lock.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use crate::adapter::{AdapterMode, AudioBranch};
+
+use super::config::SchedulerConfig;
+use super::job::Ready;
+
+#[derive(Default)]
+pub(crate) struct State {
+    /// Admitted and not in a slot: id → prompt tokens charged.
+    pub waiting: HashMap<u64, usize>,
+    pub queued_tokens: usize,
+    pub ready: VecDeque<Ready>,
+    /// Slot occupancy as the driver last published it.
+    pub slots: Vec<Option<(u64, AdapterMode, Option<AudioBranch>)>>,
+    /// Running rows to drop at the next step boundary.
+    pub cancel_running: HashSet<u64>,
+    pub draining: bool,
+    pub shutdown: bool,
+}
+
+impl State {
+    pub(super) fn running(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Forgets a waiting job's admission charge; false if it was not waiting.
+    pub fn unqueue(&mut self, id: u64) -> bool {
+        match self.waiting.remove(&id) {
+            Some(tokens) => {
+                self.queued_tokens -= tokens;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub state: Mutex<State>,
+    pub wake: Condvar,
+    pub config: SchedulerConfig,
+    /// See [`SchedulerStats::steps_by_rows`](super::SchedulerStats::steps_by_rows); counted by the
+    /// driver without the lock.
+    pub steps_by_rows: Vec<AtomicU64>,
+}
+
+impl Shared {
+    pub fn count_step(&self, rows: usize) {
+        if let Some(n) = rows.checked_sub(1).and_then(|i| self.steps_by_rows.get(i)) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is caught by the driver; the state is still consistent
+        // enough to cancel everything, so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

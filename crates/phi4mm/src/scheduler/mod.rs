@@ -109,7 +109,6 @@ impl Scheduler {
         if job.generation.max_new_tokens == 0 {
             return Err(Refusal::Invalid("max_tokens must be at least 1".into()));
         }
-        queue::admit(&self.shared, job.id, job.prompt_tokens)?;
         let Job {
             id,
             prompt_tokens,
@@ -117,6 +116,9 @@ impl Scheduler {
             generation,
             sink,
         } = job;
+        // A refused job's prepare function (and its media) is dropped here, outside the lock.
+        let admission =
+            queue::admit(&self.shared, id, prompt_tokens, prepare).map_err(|(r, _)| r)?;
         let rest = JobRest {
             id,
             prompt_tokens,
@@ -125,7 +127,7 @@ impl Scheduler {
         };
         let shared = self.shared.clone();
         self.media
-            .spawn(move || queue::prepare_and_enqueue(&shared, rest, prepare));
+            .spawn(move || queue::prepare_and_enqueue(&shared, rest, admission));
         Ok(())
     }
 
@@ -143,8 +145,13 @@ impl Scheduler {
             });
             return true;
         }
-        // Still preparing: its entry goes now; the media worker drops the job when it sees that.
-        if st.unqueue(id) {
+        // Not prepared yet: its entry goes now, with its prepare function if no media worker
+        // has started it (the media bytes are freed here, not when a worker reaches the job); the
+        // worker then finishes the job as cancelled.
+        let (found, pending) = st.unqueue_taking(id);
+        if found {
+            drop(st);
+            drop(pending);
             return true;
         }
         if st.slots.iter().flatten().any(|(r, _, _)| *r == id) {

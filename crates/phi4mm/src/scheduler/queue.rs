@@ -4,12 +4,41 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::job::{FinishReason, JobRest, Outcome, PrepareFn, Ready, Refusal, RowError};
-use super::state::Shared;
+use super::state::{Shared, State};
 
-/// Charges a job against the bounds, or refuses it leaving the state untouched.
-pub(crate) fn admit(shared: &Shared, id: u64, prompt_tokens: usize) -> Result<(), Refusal> {
+/// Charges a job against the bounds and parks its prepare function until a media worker takes
+/// it, or refuses it leaving the state untouched (the prepare function comes back). Returns the
+/// admission number the worker takes the prepare function by.
+pub(crate) fn admit(
+    shared: &Shared,
+    id: u64,
+    prompt_tokens: usize,
+    prepare: PrepareFn,
+) -> Result<u64, (Refusal, PrepareFn)> {
     let cfg = &shared.config;
     let mut st = shared.lock();
+    match check(&st, cfg, id, prompt_tokens) {
+        Err(r) => {
+            drop(st);
+            Err((r, prepare))
+        }
+        Ok(()) => {
+            st.waiting.insert(id, prompt_tokens);
+            st.queued_tokens += prompt_tokens;
+            let n = st.next_admission;
+            st.next_admission += 1;
+            st.pending.insert(id, (n, prepare));
+            Ok(n)
+        }
+    }
+}
+
+fn check(
+    st: &State,
+    cfg: &super::SchedulerConfig,
+    id: u64,
+    prompt_tokens: usize,
+) -> Result<(), Refusal> {
     if st.draining {
         return Err(Refusal::Unavailable("the model is draining".into()));
     }
@@ -35,8 +64,6 @@ pub(crate) fn admit(shared: &Shared, id: u64, prompt_tokens: usize) -> Result<()
             st.queued_tokens, cfg.max_queued_tokens
         )));
     }
-    st.waiting.insert(id, prompt_tokens);
-    st.queued_tokens += prompt_tokens;
     Ok(())
 }
 
@@ -48,16 +75,25 @@ fn cancelled() -> Outcome {
     }
 }
 
-/// Runs on the media pool: prepares the job unless it was cancelled meanwhile, then queues it
-/// for a slot. Panics in the front end or the encoders become `Failed`.
-pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, prepare: PrepareFn) {
-    let still_wanted = |job: &JobRest| {
-        let st = shared.lock();
-        !st.shutdown && st.waiting.contains_key(&job.id)
+/// Runs on the media pool: takes the job's parked prepare function (gone if the job was
+/// cancelled meanwhile: cancelling drops it), prepares the job, then queues it for a slot.
+/// Panics in the front end or the encoders become `Failed`.
+pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, admission: u64) {
+    let prepare = {
+        let mut st = shared.lock();
+        let ours = st
+            .pending
+            .get(&job.id)
+            .is_some_and(|(n, _)| *n == admission);
+        match ours.then(|| st.pending.remove(&job.id)).flatten() {
+            Some((_, prepare)) if !st.shutdown && st.waiting.contains_key(&job.id) => prepare,
+            other => {
+                drop(st);
+                drop(other);
+                return job.sink.done(cancelled());
+            }
+        }
     };
-    if !still_wanted(&job) {
-        return job.sink.done(cancelled());
-    }
     if job
         .generation
         .deadline

@@ -7,13 +7,20 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use crate::adapter::{AdapterMode, AudioBranch};
 
 use super::config::SchedulerConfig;
-use super::job::Ready;
+use super::job::{PrepareFn, Ready};
 
 #[derive(Default)]
 pub(crate) struct State {
     /// Admitted and not in a slot: id → prompt tokens charged.
     pub waiting: HashMap<u64, usize>,
     pub queued_tokens: usize,
+    /// Prepare functions (and so the media bytes they own) of admitted jobs that no media worker
+    /// has started yet: id → (admission number, prepare). Cancelling a waiting job removes its
+    /// entry, which drops the media at once; a worker takes the entry only if the number still
+    /// matches (an id cancelled and submitted again gets a new number).
+    pub pending: HashMap<u64, (u64, PrepareFn)>,
+    /// The next admission number.
+    pub next_admission: u64,
     pub ready: VecDeque<Ready>,
     /// Slot occupancy as the driver last published it.
     pub slots: Vec<Option<(u64, AdapterMode, Option<AudioBranch>)>>,
@@ -28,15 +35,24 @@ impl State {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 
-    /// Forgets a waiting job's admission charge; false if it was not waiting.
+    /// Forgets a waiting job's admission charge (and its unstarted prepare function); false if it
+    /// was not waiting.
     pub fn unqueue(&mut self, id: u64) -> bool {
-        match self.waiting.remove(&id) {
+        self.unqueue_taking(id).0
+    }
+
+    /// [`unqueue`](Self::unqueue), handing back the job's unstarted prepare function so the
+    /// caller drops it (and the media it owns) outside the lock.
+    pub fn unqueue_taking(&mut self, id: u64) -> (bool, Option<PrepareFn>) {
+        let pending = self.pending.remove(&id).map(|(_, p)| p);
+        let found = match self.waiting.remove(&id) {
             Some(tokens) => {
                 self.queued_tokens -= tokens;
                 true
             }
             None => false,
-        }
+        };
+        (found, pending)
     }
 }
 

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use crate::scheduler_support::*;
 use switchyard_phi4mm::model::HostBackend;
 use switchyard_phi4mm::scheduler::{
-    FinishReason, Outcome, Refusal, RowError, Scheduler, SchedulerConfig, SchedulerStats,
+    FinishReason, GenerationParams, Job, Outcome, Refusal, RowError, Scheduler, SchedulerConfig,
+    SchedulerStats,
 };
 
 struct Harness {
@@ -294,5 +295,76 @@ fn disconnect_queued_cancel_and_deadline_free_everything() {
     h.submit(4, "text_speech", 8, h.sink(4)).unwrap();
     h.wait("4 done", |e| matches!(e, Ev::Done(4, _)));
     assert_eq!(h.records[&4].tokens, case_tokens("text_speech"));
+    assert_idle(&h.sched.stats(), 1);
+}
+
+/// A job cancelled while it waits for the media pool lets go of its media at the cancel, not
+/// when a media worker reaches it; the worker then finishes it as cancelled, and a job admitted
+/// again under the same id is prepared with its own media.
+#[test]
+fn cancel_before_prepare_drops_the_media_at_once() {
+    let mut h = Harness::new(1, 4);
+    // Job 1 holds the only media thread until the test lets it go.
+    let (go, g) = gate();
+    let (entered_tx, entered) = channel();
+    let blocker = Job {
+        id: 1,
+        prompt_tokens: 4,
+        prepare: Box::new(move || {
+            entered_tx.send(()).unwrap();
+            g.recv_timeout(Duration::from_secs(120)).expect("gate");
+            Err(RowError::Invalid("the blocker is never run".into()))
+        }),
+        generation: GenerationParams::greedy(4),
+        sink: Box::new(h.sink(1)),
+    };
+    h.sched.submit(blocker).unwrap();
+    entered
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the media thread runs job 1");
+
+    // Job 2 owns a large buffer through its prepare function.
+    let media = Arc::new(vec![7u8; 64 << 20]);
+    let held = media.clone();
+    let heavy = Job {
+        id: 2,
+        prompt_tokens: 4,
+        prepare: Box::new(move || {
+            let _ = held.len();
+            Err(RowError::Invalid(
+                "cancelled jobs are never prepared".into(),
+            ))
+        }),
+        generation: GenerationParams::greedy(4),
+        sink: Box::new(h.sink(2)),
+    };
+    h.sched.submit(heavy).unwrap();
+    assert_eq!(Arc::strong_count(&media), 2, "the queue holds the media");
+    assert!(h.sched.cancel(2));
+    assert_eq!(
+        Arc::strong_count(&media),
+        1,
+        "the media went with the cancel, while the media pool is still busy"
+    );
+    let s = h.sched.stats();
+    assert_eq!((s.queued, s.queued_tokens), (1, 4));
+
+    // The same id admitted again before the worker reaches the old job: the old one finishes
+    // cancelled without taking the new one's media, and the new one is prepared as usual.
+    h.submit(2, "text_base", 4, h.sink(2)).unwrap();
+    go.send(()).unwrap();
+    h.wait("1 done", |e| matches!(e, Ev::Done(1, _)));
+    h.wait("2 cancelled", |e| matches!(e, Ev::Done(2, _)));
+    assert_eq!(
+        h.records[&2].outcome,
+        Some(Outcome::Finished {
+            reason: FinishReason::Cancelled,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        })
+    );
+    h.records.remove(&2);
+    h.wait("2 done", |e| matches!(e, Ev::Done(2, _)));
+    assert_eq!(h.records[&2].tokens, case_tokens("text_base")[..4]);
     assert_idle(&h.sched.stats(), 1);
 }

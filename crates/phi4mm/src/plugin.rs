@@ -240,14 +240,30 @@ enum PromptSource {
 }
 
 impl PromptSource {
-    /// Tokens charged against the queue bound (each medium counts once until it is expanded).
-    fn charge(&self, prompt: &Prompt) -> Result<usize, PluginError> {
+    /// Tokens charged against the queue bound: the prompt's text tokens plus each medium at its
+    /// real token count, read from its header (a header the media stage would refuse is
+    /// refused here with the same error). Ids come with their placeholders already expanded.
+    fn charge(
+        &self,
+        model: &Phi4mm,
+        prompt: &Prompt,
+        media: &MediaOptions,
+    ) -> Result<usize, PluginError> {
+        let invalid = |e: &dyn std::fmt::Display| PluginError::invalid_request(e.to_string());
         match self {
-            PromptSource::Messages(messages) => Ok(prompt
-                .encode_messages(messages, true)
-                .map_err(|e| PluginError::invalid_request(e.to_string()))?
-                .ids
-                .len()),
+            PromptSource::Messages(messages) => {
+                let ids = prompt
+                    .encode_messages(messages, true)
+                    .map_err(|e| invalid(&e))?;
+                // One placeholder id per medium, replaced by the medium's tokens.
+                let text = ids
+                    .ids
+                    .len()
+                    .saturating_sub(ids.images.len() + ids.audios.len());
+                let media = request::media_tokens(model, &ids.images, &ids.audios, media)
+                    .map_err(|e| invalid(&e))?;
+                Ok(text + media)
+            }
             PromptSource::Ids { input_ids, .. } => Ok(input_ids.len()),
         }
     }
@@ -353,8 +369,13 @@ impl PluginModel for Phi4mmModel {
         let options = RequestOptions::from_json(options)
             .map_err(|e| PluginError::invalid_request(e.to_string()))?;
         let source = self.prompt_source(&request, &options)?;
-        // Tokenizing here refuses malformed chats at admission and gives the queue its charge.
-        let charged = source.charge(&self.prompt)?;
+        let media_options = MediaOptions {
+            limits: self.settings.limits.clone(),
+            resample: self.settings.resample,
+        };
+        // Tokenizing and reading the media headers here refuses malformed chats and media at
+        // admission and gives the queue its real charge.
+        let charged = source.charge(&self.model, &self.prompt, &media_options)?;
         let max_new_tokens = request
             .sampling
             .max_tokens
@@ -362,10 +383,6 @@ impl PluginModel for Phi4mmModel {
             .map(|m| m as usize)
             .unwrap_or(self.settings.default_max_tokens);
         let (model, prompt) = (self.model.clone(), self.prompt.clone());
-        let media_options = MediaOptions {
-            limits: self.settings.limits.clone(),
-            resample: self.settings.resample,
-        };
         let media = self.media.clone();
         let prepare = Box::new(move || {
             let input = source

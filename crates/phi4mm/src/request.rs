@@ -94,6 +94,51 @@ fn media(
     Ok((images, audios))
 }
 
+/// Token rows the media will occupy, from their headers alone (no decoding): what admission
+/// charges against the queue bound. A header the media stage would refuse (bad container,
+/// pixel, rate, duration or sample limits, too many media) is refused here with the same error.
+/// Images: the dynamic-HD grid of the header's size, exact. Audio: the feature frames of the
+/// stated length, exact; a stream that states no length is charged as the longest clip the
+/// limits let it decode.
+pub fn media_tokens(
+    model: &crate::model::Phi4mm,
+    images: &[&[u8]],
+    audios: &[&[u8]],
+    options: &MediaOptions,
+) -> Result<usize, RequestError> {
+    let limits = &options.limits;
+    limits.check_counts(images.len(), audios.len())?;
+    let io = ImageOptions::from_limits(limits);
+    let mut ao = AudioOptions {
+        resample: options.resample,
+        ..AudioOptions::from_limits(limits)
+    };
+    let mut tokens = 0usize;
+    for (index, b) in images.iter().enumerate() {
+        tokens += frontend::image::token_count_from_header(b, &io)
+            .map_err(|source| RequestError::Image { index, source })?;
+    }
+    let mut seconds = 0.0;
+    for (index, b) in audios.iter().enumerate() {
+        let header = frontend::audio::probe(b, &ao)
+            .map_err(|source| RequestError::Audio { index, source })?;
+        let rate = header.sample_rate;
+        let samples = header.frames.unwrap_or_else(|| ao.max_frames(rate));
+        ao.request_samples_used = ao.request_samples_used.saturating_add(samples);
+        seconds += samples as f64 / f64::from(rate);
+        if header.frames.is_some() && seconds > ao.max_seconds {
+            return Err(LimitError::AudioSeconds {
+                got_s: seconds,
+                limit_s: ao.max_seconds,
+            }
+            .into());
+        }
+        let frames = frontend::audio::feature_frames(samples, rate, ao.resample);
+        tokens += model.audio.token_count(frames);
+    }
+    Ok(tokens)
+}
+
 /// Token rows each medium occupies: images from the vision grid, audio from the frame count.
 fn token_counts(
     model: &crate::model::Phi4mm,

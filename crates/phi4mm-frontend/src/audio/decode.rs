@@ -57,7 +57,14 @@ pub fn decode_with(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio,
     }
 }
 
-fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
+type WavReader<'a> = hound::WavReader<Cursor<&'a [u8]>>;
+
+/// Opens a WAV clip and checks its header against every limit decoding checks before it
+/// allocates: channels, rate, duration, the data chunk against the bytes, the sample limits.
+fn open_wav<'a>(
+    bytes: &'a [u8],
+    options: &AudioOptions,
+) -> Result<(WavReader<'a>, usize), AudioError> {
     let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| match e {
         hound::Error::Unsupported => {
             AudioError::UnsupportedWav("format not supported by hound".into())
@@ -95,6 +102,13 @@ fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, Audi
     if frames == 0 {
         return Err(AudioError::Empty);
     }
+    Ok((reader, frames))
+}
+
+fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
+    let (reader, frames) = open_wav(bytes, options)?;
+    let spec = reader.spec();
+    let channels = usize::from(spec.channels);
     let mut mono = Vec::with_capacity(frames);
     let inv_channels = 1.0 / channels as f64;
     match (spec.sample_format, spec.bits_per_sample) {
@@ -163,10 +177,59 @@ where
     Ok(())
 }
 
-fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
-    use symphonia::core::audio::SampleBuffer;
-    use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
-    use symphonia::core::errors::Error;
+/// What a clip's header states, read without decoding any sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClipHeader {
+    pub sample_rate: u32,
+    /// Sample frames, when the container states them (always for WAV; FLAC STREAMINFO, an MP3
+    /// Xing/Info header, Ogg's last granule otherwise).
+    pub frames: Option<u64>,
+}
+
+/// Reads a clip's header and checks it against the limits decoding checks first (the same
+/// errors [`decode_with`] gives for them), without decoding: the encoded size, the rate, and the
+/// stated length against the duration and sample limits. A clip that passes can still fail
+/// while decoding.
+pub fn probe(bytes: &[u8], options: &AudioOptions) -> Result<ClipHeader, AudioError> {
+    if bytes.len() > options.max_bytes {
+        return Err(AudioError::TooManyBytes {
+            got: bytes.len(),
+            limit: options.max_bytes,
+        });
+    }
+    if bytes.is_empty() {
+        return Err(AudioError::Empty);
+    }
+    if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
+        let (reader, frames) = open_wav(bytes, options)?;
+        return Ok(ClipHeader {
+            sample_rate: reader.spec().sample_rate,
+            frames: Some(frames as u64),
+        });
+    }
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (_, rate, frames) = open_symphonia(bytes, options)?;
+        Ok(ClipHeader {
+            sample_rate: rate,
+            frames,
+        })
+    }))
+    .unwrap_or_else(|_| {
+        Err(AudioError::Decode(
+            "decoder failed on malformed input".into(),
+        ))
+    })
+}
+
+type Opened = (
+    Box<dyn symphonia::core::formats::FormatReader>,
+    u32,
+    Option<u64>,
+);
+
+/// Probes a non-WAV container and checks its first audio track's rate and stated length.
+fn open_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<Opened, AudioError> {
+    use symphonia::core::codecs::CODEC_TYPE_NULL;
     use symphonia::core::formats::FormatOptions;
     use symphonia::core::io::MediaSourceStream;
     use symphonia::core::meta::MetadataOptions;
@@ -181,13 +244,12 @@ fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio
             &MetadataOptions::default(),
         )
         .map_err(|e| AudioError::Decode(format!("unrecognised audio container: {e}")))?;
-    let mut format = probed.format;
+    let format = probed.format;
     let track = format
         .tracks()
         .iter()
         .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
         .ok_or_else(|| AudioError::Decode("no audio track".into()))?;
-    let track_id = track.id;
     let rate = track
         .codec_params
         .sample_rate
@@ -195,13 +257,30 @@ fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio
     options.check_rate(rate)?;
     // A stated length (FLAC STREAMINFO, an MP3 Xing/Info header, Ogg's last granule) is checked
     // before the decoder exists; a stream that states none, or states less than it holds, meets
-    // the same bound below, packet by packet.
-    if let Some(n_frames) = track.codec_params.n_frames {
+    // the same bound while decoding, packet by packet.
+    let n_frames = track.codec_params.n_frames;
+    if let Some(n_frames) = n_frames {
         options.check_frames(n_frames, rate)?;
     }
+    Ok((format, rate, n_frames))
+}
+
+fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
+    use symphonia::core::audio::SampleBuffer;
+    use symphonia::core::codecs::DecoderOptions;
+    use symphonia::core::errors::Error;
+
+    let (mut format, rate, _) = open_symphonia(bytes, options)?;
+    let track = format
+        .tracks()
+        .iter()
+        .find(|t| t.codec_params.codec != symphonia::core::codecs::CODEC_TYPE_NULL)
+        .ok_or_else(|| AudioError::Decode("no audio track".into()))?;
+    let track_id = track.id;
+    let params = track.codec_params.clone();
     let max_frames = usize::try_from(options.max_frames(rate)).unwrap_or(usize::MAX);
     let mut decoder = symphonia::default::get_codecs()
-        .make(&track.codec_params, &DecoderOptions::default())
+        .make(&params, &DecoderOptions::default())
         .map_err(|e| AudioError::Decode(format!("unsupported codec: {e}")))?;
     let mut mono = Vec::new();
     let mut buffer: Option<SampleBuffer<f32>> = None;

@@ -9,11 +9,11 @@ use realfft::RealFftPlanner;
 
 /// 16 kHz analysis window (25 ms).
 pub const WIN_16K: usize = 400;
-const HOP_16K: usize = 160;
+pub const HOP_16K: usize = 160;
 const FFT_16K: usize = 512;
 /// 8 kHz analysis window of the fillzero path.
 pub const WIN_8K: usize = 200;
-const HOP_8K: usize = 80;
+pub const HOP_8K: usize = 80;
 const FFT_8K: usize = 256;
 const PREEMPHASIS: f32 = 0.97;
 

@@ -19,7 +19,7 @@ pub mod resample;
 mod resample_mode;
 
 pub use constants::{MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, N_MELS};
-pub use decode::DecodedAudio;
+pub use decode::{probe, ClipHeader, DecodedAudio};
 pub use error::{AudioError, SampleLimit};
 pub use options::{AudioOptions, AudioTokenRule};
 pub use resample_mode::{ResampleMode, UnknownResampleMode};
@@ -37,6 +37,33 @@ pub struct AudioFeatures {
     pub duration_s: f64,
     /// Decoded sample frames (before resampling), for request-level limits.
     pub samples: u64,
+}
+
+/// Feature frames of a clip of `samples` sample frames at `rate` Hz, as [`features_from_samples`]
+/// computes them: the length after the rate rule of `mode`, then the windows of its path.
+pub fn feature_frames(samples: u64, rate: u32, mode: ResampleMode) -> usize {
+    let n = usize::try_from(samples).unwrap_or(usize::MAX);
+    let scaled = |up: usize, down: usize| {
+        let g = resample::gcd(up, down);
+        let (up, down) = (up / g, down / g);
+        if up == 1 && down == 1 {
+            n
+        } else {
+            n.saturating_mul(up).div_ceil(down)
+        }
+    };
+    let fs = rate as usize;
+    let (len, wideband) = match mode {
+        ResampleMode::Polyphase if fs == 16000 => (n, true),
+        ResampleMode::Polyphase => (scaled(16000, fs), true),
+        ResampleMode::Reference if fs > 16000 => (scaled(1, fs / 16000), true),
+        ResampleMode::Reference => (n, fs == 16000),
+    };
+    if wideband {
+        features::frame_count(len, features::WIN_16K, features::HOP_16K)
+    } else {
+        features::frame_count(len, features::WIN_8K, features::HOP_8K)
+    }
 }
 
 /// Decodes an encoded clip (WAV, MP3, FLAC, Ogg Vorbis) and computes its log-mel features.

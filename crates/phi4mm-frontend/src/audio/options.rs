@@ -101,7 +101,7 @@ impl AudioOptions {
 
     /// The most sample frames a clip at `rate` may decode before one of the duration or sample
     /// limits is passed.
-    pub(crate) fn max_frames(&self, rate: u32) -> u64 {
+    pub fn max_frames(&self, rate: u32) -> u64 {
         let by_seconds = (self.max_seconds * f64::from(rate)).ceil();
         // `as` saturates: an infinite duration limit leaves only the sample limits.
         let by_seconds = if by_seconds.is_nan() {

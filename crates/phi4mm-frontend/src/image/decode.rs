@@ -11,6 +11,28 @@ use std::io::Cursor;
 /// the decoder runs under `image::Limits` as a second fence (a lying header cannot make it
 /// allocate more than the pixel limit allows).
 pub fn decode_rgb(bytes: &[u8], options: &ImageOptions) -> Result<RgbImage, ImageError> {
+    let (format, width, height) = header(bytes, options)?;
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    let mut limits = image::Limits::default();
+    // 8 bytes per pixel covers RGBA16 decoding; the conversion to RGB8 below adds 3 more.
+    limits.max_alloc = Some(options.max_pixels.saturating_mul(8).max(1 << 20));
+    limits.max_image_width = Some(width);
+    limits.max_image_height = Some(height);
+    reader.limits(limits);
+    // A decoder panic on a malformed file becomes an error, as for audio.
+    let image = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.decode()))
+        .map_err(|_| ImageError::Decode("decoder failed on malformed input".into()))?
+        .map_err(|e| ImageError::Decode(e.to_string()))?;
+    Ok(to_rgb_on_white(image))
+}
+
+/// The image's `(width, height)` from its container header, checked like [`decode_rgb`] checks
+/// it before decoding (size, format, pixel limit; the same errors), without decoding a pixel.
+pub fn probe(bytes: &[u8], options: &ImageOptions) -> Result<(u32, u32), ImageError> {
+    header(bytes, options).map(|(_, w, h)| (w, h))
+}
+
+fn header(bytes: &[u8], options: &ImageOptions) -> Result<(ImageFormat, u32, u32), ImageError> {
     if bytes.is_empty() {
         return Err(ImageError::Empty);
     }
@@ -31,18 +53,7 @@ pub fn decode_rgb(bytes: &[u8], options: &ImageOptions) -> Result<RgbImage, Imag
         .into_dimensions()
         .map_err(|e| ImageError::Decode(e.to_string()))?;
     check_pixels(width, height, options.max_pixels)?;
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    let mut limits = image::Limits::default();
-    // 8 bytes per pixel covers RGBA16 decoding; the conversion to RGB8 below adds 3 more.
-    limits.max_alloc = Some(options.max_pixels.saturating_mul(8).max(1 << 20));
-    limits.max_image_width = Some(width);
-    limits.max_image_height = Some(height);
-    reader.limits(limits);
-    // A decoder panic on a malformed file becomes an error, as for audio.
-    let image = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.decode()))
-        .map_err(|_| ImageError::Decode("decoder failed on malformed input".into()))?
-        .map_err(|e| ImageError::Decode(e.to_string()))?;
-    Ok(to_rgb_on_white(image))
+    Ok((format, width, height))
 }
 
 fn check_pixels(width: u32, height: u32, max_pixels: u64) -> Result<(), ImageError> {

@@ -69,6 +69,40 @@ pub fn fit_size(width: usize, height: usize, canvas_w: usize, canvas_h: usize) -
     }
 }
 
+/// Image tokens of a `width × height` source with at most `max_crops` tiles, from its size alone:
+/// the value [`HdCanvas::num_img_tokens`] gives for the canvas [`HdCanvas::build`] makes (the
+/// same errors for an unusable size), `273 + rows · (cols + 1)` with the valid pooled rows and
+/// columns of the padded grid.
+pub fn token_count(width: usize, height: usize, max_crops: usize) -> Result<usize, ImageError> {
+    if max_crops == 0 {
+        return Err(ImageError::NoCrops);
+    }
+    if width == 0 || height == 0 {
+        return Err(ImageError::ZeroSize {
+            width: width as u32,
+            height: height as u32,
+        });
+    }
+    let (tw, th) = crop_grid(width, height, max_crops);
+    let (canvas_w, canvas_h) = (CROP * tw, CROP * th);
+    let (nw, nh) = fit_size(width, height, canvas_w, canvas_h);
+    if nw == 0 || nh == 0 {
+        return Err(ImageError::Degenerate {
+            width: width as u32,
+            height: height as u32,
+            canvas_w,
+            canvas_h,
+            resized_w: nw,
+            resized_h: nh,
+        });
+    }
+    let valid_cols = MASK_SIDE * tw - (canvas_w - nw) / PATCH;
+    let valid_rows = MASK_SIDE * th - (canvas_h - nh) / PATCH;
+    // Every second mask row and column (`m = mask[::2, ::2]`).
+    let (rows, cols) = (valid_rows.div_ceil(2), valid_cols.div_ceil(2));
+    Ok(256 + 1 + rows * cols + rows + 16)
+}
+
 impl HdCanvas {
     /// Builds the canvas of `rgb` with at most `max_crops` tiles.
     pub fn build(rgb: &RgbImage, max_crops: usize) -> Result<Self, ImageError> {
@@ -171,6 +205,29 @@ pub fn resize_bilinear_antialias(rgb: &RgbImage, width: usize, height: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_count_from_the_size_equals_the_canvas() {
+        for (w, h, crops) in [
+            (1, 1, 36),
+            (7, 300, 36),
+            (448, 448, 36),
+            (449, 448, 36),
+            (640, 480, 36),
+            (1000, 300, 36),
+            (300, 1000, 4),
+            (1920, 1080, 36),
+            (3000, 100, 36),
+            (100, 3000, 16),
+            (900, 900, 1),
+        ] {
+            let rgb = RgbImage::new(w, h);
+            let want = HdCanvas::build(&rgb, crops).map(|c| c.num_img_tokens());
+            let got = token_count(w as usize, h as usize, crops);
+            assert_eq!(got.ok(), want.ok(), "{w}x{h}, {crops} crops");
+        }
+        assert!(matches!(token_count(10, 10, 0), Err(ImageError::NoCrops)));
+    }
 
     #[test]
     fn grids_of_the_model_doc() {

@@ -43,6 +43,13 @@ impl PreprocessedImage {
     }
 }
 
+/// Tokens the encoded image will occupy in the prompt, from its header alone (no decoding): the
+/// `num_img_tokens` [`preprocess`] gives, and the same errors for a header it refuses.
+pub fn token_count_from_header(bytes: &[u8], options: &ImageOptions) -> Result<usize, ImageError> {
+    let (w, h) = decode::probe(bytes, options)?;
+    hd::token_count(w as usize, h as usize, options.max_crops)
+}
+
 /// Decodes an encoded image and preprocesses it.
 pub fn preprocess(bytes: &[u8], options: &ImageOptions) -> Result<PreprocessedImage, ImageError> {
     let rgb = decode::decode_rgb(bytes, options)?;

@@ -15,6 +15,13 @@ fn check_case(case: &str, mode: ResampleMode) {
         ..AudioOptions::default()
     };
     let got = audio::features_from_bytes(&wav, &options).unwrap_or_else(|e| panic!("{case}: {e}"));
+    // The header alone gives the same frame count (what admission charges).
+    let header = audio::probe(&wav, &options).unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert_eq!(
+        audio::feature_frames(header.frames.unwrap(), header.sample_rate, mode),
+        got.frames,
+        "{case}: frames from the header"
+    );
     let tensors = Tensors::open("audio_features.safetensors");
     let (want, shape) = tensors.f32(&format!("{case}.input_audio_embeds"));
     let (sizes, _) = tensors.i64(&format!("{case}.audio_embed_sizes"));

@@ -196,3 +196,151 @@ fn unknown_settings_are_refused() {
     let r: Result<Phi4mmSettings, _> = serde_json::from_str(r#"{"checkpoint": "x", "slotz": 3}"#);
     assert!(r.is_err());
 }
+
+fn queued_tokens(m: &Phi4mmModel) -> usize {
+    let details: serde_json::Value = serde_json::from_str(m.stats().details_json.as_str()).unwrap();
+    details["queued_tokens"].as_u64().unwrap() as usize
+}
+
+/// A sink that blocks the scheduler thread at its first token until the test lets it go, so
+/// admitted requests stay queued.
+struct GateSink {
+    gate: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    at_token: Sender<()>,
+    tx: Mutex<Sender<Event>>,
+}
+
+impl EventSink for GateSink {
+    fn send(&self, event: Event) -> bool {
+        if matches!(event, Event::Token { .. }) {
+            if let Some(gate) = self.gate.lock().unwrap().take() {
+                let _ = self.at_token.send(());
+                let _ = gate.recv_timeout(Duration::from_secs(120));
+            }
+        }
+        let _ = self.tx.lock().unwrap().send(event);
+        true
+    }
+}
+
+/// Media are charged at their real token cost at admission: with a small token bound and a
+/// request already queued, a chat with a large image is refused as overloaded (it was charged
+/// one token per image before), a text-only chat with the same text is admitted, and the charge
+/// of the admitted fixture requests equals their prompt length after preparation.
+#[test]
+fn media_are_charged_at_their_token_cost_at_admission() {
+    let m = model(r#", "max_queued_tokens": 1200"#);
+    let sink = || {
+        let (tx, rx) = channel();
+        let sink = EventSink_TO::from_value(
+            Sink {
+                tx: Mutex::new(tx),
+                gone_after: None,
+                seen: Mutex::new(0),
+            },
+            TD_Opaque,
+        );
+        (sink, rx)
+    };
+    let (tx, _rx1) = channel();
+    // Request 1 takes a slot and freezes the scheduler at its first token.
+    let (go, gate) = channel();
+    let (at_token_tx, at_token) = channel();
+    let gated = EventSink_TO::from_value(
+        GateSink {
+            gate: Mutex::new(Some(gate)),
+            at_token: at_token_tx,
+            tx: Mutex::new(tx.clone()),
+        },
+        TD_Opaque,
+    );
+    m.submit(
+        request(1, Endpoint::Chat, vec![Part::Text("hi".into())], 4),
+        gated,
+    )
+    .unwrap();
+    at_token
+        .recv_timeout(Duration::from_secs(120))
+        .expect("request 1 runs");
+
+    let text = || Part::Text("What is shown in this picture?".into());
+    let image = |name: &str| Part::Image(input(name).into());
+    let audio = || Part::Audio {
+        data: input("audio_16k.wav").into(),
+        format: "wav".into(),
+    };
+    // Admitted requests and the charge each added to the queue.
+    let mut charges = Vec::new();
+    let admit = |charges: &mut Vec<_>, id: u64, parts: Vec<Part>| {
+        let before = queued_tokens(&m);
+        let (s, rx) = sink();
+        m.submit(request(id, Endpoint::Chat, parts, 2), s).unwrap();
+        charges.push((id, queued_tokens(&m) - before, rx));
+    };
+    admit(&mut charges, 2, vec![image("img_small.png"), text()]);
+    let small_image = charges[0].1;
+    assert!(
+        small_image > 273,
+        "the image counts its tokens: {small_image}"
+    );
+    admit(&mut charges, 3, vec![audio(), text()]);
+    assert!(
+        charges[1].1 > 20,
+        "the clip counts its tokens: {}",
+        charges[1].1
+    );
+
+    // A large image does not fit what is left of the bound.
+    let queued = queued_tokens(&m);
+    let e = m
+        .submit(
+            request(
+                4,
+                Endpoint::Chat,
+                vec![image("img_maxcrops.png"), text()],
+                2,
+            ),
+            sink().0,
+        )
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Overloaded, "{e:?}");
+    assert!(e.message.contains("prompt tokens"), "{e:?}");
+    assert_eq!(queued_tokens(&m), queued, "a refusal changes nothing");
+    // The same text without the image is admitted.
+    admit(&mut charges, 5, vec![text()]);
+
+    // A medium whose header cannot be read is refused at admission as a bad request.
+    let e = m
+        .submit(
+            request(
+                6,
+                Endpoint::Chat,
+                vec![Part::Image(b"not an image".to_vec().into()), text()],
+                2,
+            ),
+            sink().0,
+        )
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e:?}");
+
+    go.send(()).unwrap();
+    for (id, charge, rx) in &charges {
+        let events: Vec<Event> =
+            std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(120)).ok())
+                .take_while(|e| !matches!(e, Event::Failed(_)))
+                .scan(false, |done, e| {
+                    (!*done).then(|| {
+                        *done = matches!(e, Event::Finished { .. });
+                        e
+                    })
+                })
+                .collect();
+        let (_, prompt, _) = finished(&events);
+        assert_eq!(
+            prompt as usize, *charge,
+            "request {id}: charge = prompt after preparation"
+        );
+    }
+    wait_idle(&m);
+    m.shutdown();
+}

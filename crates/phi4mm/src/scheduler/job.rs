@@ -66,8 +66,9 @@ pub type PrepareFn = Box<dyn FnOnce() -> Result<RowPrompt, RowError> + Send>;
 
 pub struct Job {
     pub id: u64,
-    /// Prompt tokens charged against the queue's token bound at admission (known before
-    /// preparing; placeholders count once per medium until prepared).
+    /// Prompt tokens charged against the queue's token bound at admission, known before
+    /// preparing (the plugin counts each medium at its token count read from its header); the
+    /// prepared length replaces it once the job is prepared.
     pub prompt_tokens: usize,
     pub prepare: PrepareFn,
     pub generation: GenerationParams,

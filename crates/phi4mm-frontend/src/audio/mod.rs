@@ -12,6 +12,7 @@
 mod constants;
 pub mod decode;
 mod error;
+mod flac_guard;
 pub mod features;
 pub mod mel;
 mod options;

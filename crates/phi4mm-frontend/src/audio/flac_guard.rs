@@ -79,7 +79,12 @@ fn check_picture(body: &[u8]) -> Result<(), AudioError> {
     f.skip(n, "picture media type")?;
     let n = f.u32(true, "picture description length")?;
     f.skip(n, "picture description")?;
-    for what in ["picture width", "picture height", "picture depth", "picture colours"] {
+    for what in [
+        "picture width",
+        "picture height",
+        "picture depth",
+        "picture colours",
+    ] {
         f.u32(true, what)?;
     }
     let n = f.u32(true, "picture data length")?;
@@ -137,7 +142,10 @@ mod tests {
         comments.extend_from_slice(&1u32.to_le_bytes());
         comments.extend_from_slice(&0xffff_fff0u32.to_le_bytes());
         assert!(check(&flac(4, &comments)).is_err());
-        assert!(check(b"fLaC\x80\xff\xff\xff").is_err(), "a block past the clip");
+        assert!(
+            check(b"fLaC\x80\xff\xff\xff").is_err(),
+            "a block past the clip"
+        );
     }
 
     #[test]

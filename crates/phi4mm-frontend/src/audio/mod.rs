@@ -12,8 +12,8 @@
 mod constants;
 pub mod decode;
 mod error;
-mod flac_guard;
 pub mod features;
+mod flac_guard;
 pub mod mel;
 mod options;
 pub mod resample;

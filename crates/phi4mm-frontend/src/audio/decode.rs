@@ -230,7 +230,7 @@ type Opened = (
 /// Probes a non-WAV container and checks its first audio track's rate and stated length.
 fn open_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<Opened, AudioError> {
     use symphonia::core::codecs::CODEC_TYPE_NULL;
-    super::flac_guard::check(bytes)?;
+    super::metadata_guard::check(bytes)?;
     use symphonia::core::formats::FormatOptions;
     use symphonia::core::io::MediaSourceStream;
     use symphonia::core::meta::MetadataOptions;

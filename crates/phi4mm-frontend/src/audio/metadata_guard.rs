@@ -1,14 +1,21 @@
-//! A check of a FLAC stream's metadata blocks before symphonia reads them. symphonia 0.5 sizes
-//! the buffers of a PICTURE block (media type, description, data) and of VORBIS_COMMENT entries
-//! from the 32-bit lengths in the file, before reading: a 47-byte clip found by the `audio` fuzz
-//! target asked for a 4 GiB allocation, which aborts the process where memory is not
-//! overcommitted. The whole clip is in memory, so no length may exceed the bytes that follow it.
+//! A check of a clip's metadata lengths before symphonia reads them. symphonia 0.5 sizes the
+//! buffers of a FLAC PICTURE block (media type, description, data) and of Vorbis comments (FLAC
+//! VORBIS_COMMENT blocks, the Ogg Vorbis comment header) from the 32-bit lengths in the file,
+//! before reading: a 47-byte clip found by the `audio` fuzz target asked for a 4 GiB allocation,
+//! which aborts the process where memory is not overcommitted. The whole clip is in memory, so
+//! no length may exceed the bytes that hold it.
 
 use super::error::AudioError;
 
-/// Refuses a FLAC stream (the first `fLaC` marker, where symphonia's probe starts it) whose
-/// metadata blocks state lengths past their block or past the clip.
+/// Refuses a FLAC stream (from the first `fLaC` marker, where symphonia's probe starts it)
+/// whose metadata blocks state lengths past their block or past the clip, and an Ogg stream
+/// (from the first `OggS` page) whose Vorbis comment header states lengths past the packet.
 pub(crate) fn check(bytes: &[u8]) -> Result<(), AudioError> {
+    check_flac(bytes)?;
+    check_ogg_vorbis(bytes)
+}
+
+fn check_flac(bytes: &[u8]) -> Result<(), AudioError> {
     let Some(start) = bytes.windows(4).position(|w| w == b"fLaC") else {
         return Ok(());
     };
@@ -38,6 +45,65 @@ pub(crate) fn check(bytes: &[u8]) -> Result<(), AudioError> {
 
 fn malformed(why: String) -> AudioError {
     AudioError::Decode(format!("malformed FLAC: {why}"))
+}
+
+/// The Ogg pages from the first `OggS`, as the packets of the first page's stream: each packet
+/// is its segments' bytes joined across pages (a segment shorter than 255 bytes ends it). Stops
+/// after `want` packets, at a truncated page, or at the end of the clip.
+fn ogg_packets(bytes: &[u8], want: usize) -> Vec<Vec<u8>> {
+    let mut packets = Vec::new();
+    let Some(mut at) = bytes.windows(4).position(|w| w == b"OggS") else {
+        return packets;
+    };
+    let mut serial = None;
+    let mut current = Vec::new();
+    while packets.len() < want {
+        let Some(header) = bytes.get(at..at + 27).filter(|h| &h[..4] == b"OggS") else {
+            break;
+        };
+        let page_serial = u32::from_le_bytes(header[14..18].try_into().unwrap());
+        let segments = header[26] as usize;
+        let Some(table) = bytes.get(at + 27..at + 27 + segments) else {
+            break;
+        };
+        let mut data = at + 27 + segments;
+        let mine = *serial.get_or_insert(page_serial) == page_serial;
+        for &len in table {
+            let Some(segment) = bytes.get(data..data + len as usize) else {
+                return packets;
+            };
+            data += len as usize;
+            if mine {
+                current.extend_from_slice(segment);
+                if len < 255 {
+                    packets.push(std::mem::take(&mut current));
+                    if packets.len() == want {
+                        break;
+                    }
+                }
+            }
+        }
+        at = data;
+    }
+    packets
+}
+
+/// The Vorbis comment header (the second packet: `\x03vorbis`, vendor, comments), whose
+/// lengths must fit the packet.
+fn check_ogg_vorbis(bytes: &[u8]) -> Result<(), AudioError> {
+    let packets = ogg_packets(bytes, 2);
+    let Some(comment) = packets.get(1) else {
+        return Ok(());
+    };
+    let Some(body) = comment.strip_prefix(b"\x03vorbis") else {
+        return Ok(());
+    };
+    check_comments(body).map_err(|e| {
+        AudioError::Decode(
+            e.to_string()
+                .replace("malformed FLAC", "malformed Vorbis comment header"),
+        )
+    })
 }
 
 /// A reader of length-prefixed fields that refuses any length past the block.
@@ -146,6 +212,39 @@ mod tests {
             check(b"fLaC\x80\xff\xff\xff").is_err(),
             "a block past the clip"
         );
+    }
+
+    /// One Ogg page of stream 7 holding `packets` (each under 255 bytes).
+    fn ogg_page(packets: &[&[u8]]) -> Vec<u8> {
+        let mut v = b"OggS\0\x02".to_vec();
+        v.extend_from_slice(&[0; 8]); // granule
+        v.extend_from_slice(&7u32.to_le_bytes());
+        v.extend_from_slice(&[0; 8]); // sequence, crc
+        v.push(packets.len() as u8);
+        v.extend(packets.iter().map(|p| p.len() as u8));
+        for p in packets {
+            v.extend_from_slice(p);
+        }
+        v
+    }
+
+    #[test]
+    fn an_ogg_vorbis_comment_bomb_is_refused_and_a_good_header_passes() {
+        let mut bomb = b"\x03vorbis".to_vec();
+        bomb.extend_from_slice(&0u32.to_le_bytes());
+        bomb.extend_from_slice(&1u32.to_le_bytes());
+        bomb.extend_from_slice(&0xffff_0000u32.to_le_bytes());
+        let clip = ogg_page(&[b"\x01vorbis-ident", &bomb]);
+        let err = check(&clip).unwrap_err().to_string();
+        assert!(err.contains("malformed Vorbis comment header"), "{err}");
+        let mut good = b"\x03vorbis".to_vec();
+        good.extend_from_slice(&2u32.to_le_bytes());
+        good.extend_from_slice(b"me");
+        good.extend_from_slice(&1u32.to_le_bytes());
+        good.extend_from_slice(&3u32.to_le_bytes());
+        good.extend_from_slice(b"A=b");
+        good.push(1); // framing bit
+        assert!(check(&ogg_page(&[b"\x01vorbis-ident", &good])).is_ok());
     }
 
     #[test]

@@ -99,6 +99,24 @@ pub fn phi4mm_lib() -> PathBuf {
     )
 }
 
+/// A field of `/proc/<pid>/status` in kB (`VmRSS:`, `VmHWM:`, …).
+pub fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// Resets a process's peak resident memory (`VmHWM`) to its current resident memory, so the
+/// next peak is the peak of what follows (Linux's `clear_refs` value 5).
+pub fn reset_peak_rss(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .unwrap_or_else(|e| panic!("resetting the peak RSS of {pid}: {e}"));
+}
+
 /// A fresh private directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -161,9 +161,27 @@ impl Phi4mmModel {
                 Part::Audio { data, .. } => audios.push(data.to_vec()),
             }
         }
+        // An id past the vocabulary has no embedding row; an id inside it that the tokenizer
+        // does not define (the padding rows of the embedding table) was never trained, and no
+        // text can produce it.
+        let config = &self.model.config;
+        let vocab = config.text.vocab_size;
+        for (position, &id) in input_ids.iter().enumerate() {
+            if id as usize >= vocab {
+                return Err(PluginError::invalid_request(format!(
+                    "model_options.input_ids: id {id} at position {position} is outside the \
+                     vocabulary ({vocab})"
+                )));
+            }
+            if self.prompt.tokenizer().id_to_token(id).is_none() {
+                return Err(PluginError::invalid_request(format!(
+                    "model_options.input_ids: id {id} at position {position} is a reserved id \
+                     that the tokenizer does not define"
+                )));
+            }
+        }
         // The model reads placeholder ids without media as ordinary tokens (as the reference
         // does); from a client they mean a medium went missing.
-        let config = &self.model.config;
         for (kind, id, media) in [
             ("image", config.image_token_id, images.len()),
             ("audio", config.audio_token_id, audios.len()),

@@ -368,3 +368,74 @@ fn cancel_before_prepare_drops_the_media_at_once() {
     assert_eq!(h.records[&2].tokens, case_tokens("text_base")[..4]);
     assert_idle(&h.sched.stats(), 1);
 }
+
+/// A job cancelled while a media worker prepares it, then admitted again under the same id: the
+/// old preparation, however it ends (a prompt or an error), finishes the old job as cancelled and
+/// neither delivers to nor removes the new one, which runs as usual. Gates order every step, so
+/// the test assumes no timing.
+#[test]
+fn a_job_cancelled_while_preparing_leaves_a_resubmitted_id_alone() {
+    const OLD: u64 = 20; // sink tags: both jobs have the request id 2
+    const NEW: u64 = 21;
+    for old_fails in [false, true] {
+        let mut h = Harness::new(1, 4);
+        let (go, g) = gate();
+        let (entered_tx, entered) = channel();
+        let real = h
+            .backend
+            .media_stage()
+            .prepare_fn(pinned_case_input("text_base"), 4);
+        let old = Job {
+            id: 2,
+            prompt_tokens: 4,
+            prepare: Box::new(move || {
+                entered_tx.send(()).unwrap();
+                g.recv_timeout(Duration::from_secs(120)).expect("gate");
+                if old_fails {
+                    Err(RowError::Invalid("the old preparation fails".into()))
+                } else {
+                    real()
+                }
+            }),
+            generation: GenerationParams::greedy(4),
+            sink: Box::new(h.sink(OLD)),
+        };
+        h.sched.submit(old).unwrap();
+        entered
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a media worker prepares the old job");
+        assert!(h.sched.cancel(2));
+        h.submit(2, "text_base", 4, h.sink(NEW)).unwrap();
+        go.send(()).unwrap();
+        let ended = |h: &Harness, tag: u64| h.records.get(&tag).is_some_and(|r| r.outcome.is_some());
+        while !(ended(&h, OLD) && ended(&h, NEW)) {
+            h.wait("both jobs to end", |_| true);
+        }
+        h.drain();
+        let old = &h.records[&OLD];
+        assert_eq!(
+            (old.started, old.tokens.len(), old.outcome.clone()),
+            (
+                false,
+                0,
+                Some(Outcome::Finished {
+                    reason: FinishReason::Cancelled,
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                })
+            ),
+            "old preparation failing: {old_fails}"
+        );
+        let new = &h.records[&NEW];
+        assert_eq!(
+            new.tokens,
+            case_tokens("text_base")[..4],
+            "old preparation failing: {old_fails}: {new:?}"
+        );
+        assert!(
+            matches!(new.outcome, Some(Outcome::Finished { reason, .. }) if reason != FinishReason::Cancelled),
+            "old preparation failing: {old_fails}: {new:?}"
+        );
+        assert_idle(&h.wait_stats("idle", |s| s.running == 0), 1);
+    }
+}

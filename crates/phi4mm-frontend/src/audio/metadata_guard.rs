@@ -121,10 +121,10 @@ fn check_ogg_vorbis(bytes: &[u8]) -> Result<(), AudioError> {
 
 /// Codebook entries of one Vorbis setup header, all codebooks together. libvorbis' largest
 /// codebooks have a few thousand entries, and a setup header holds at most 256 codebooks.
-pub(crate) const MAX_VORBIS_CODEBOOK_ENTRIES: u64 = 1 << 20;
+const MAX_VORBIS_CODEBOOK_ENTRIES: u64 = 1 << 20;
 /// Lookup-table values (entries × dimensions of each codebook with a lookup table) of one
 /// Vorbis setup header, all codebooks together: 16 MB as f32.
-pub(crate) const MAX_VORBIS_LOOKUP_VALUES: u64 = 1 << 22;
+const MAX_VORBIS_LOOKUP_VALUES: u64 = 1 << 22;
 
 /// An LSB-first bit reader, as Vorbis packs its headers; `None` past the end.
 struct Bits<'a> {

@@ -884,20 +884,40 @@ fn audio_bombs_keep_peak_memory_bounded() {
 }
 
 /// Set in the child process that [`metadata_bombs_are_refused_within_a_small_address_space`]
-/// re-executes this test binary as, to the clip it should decode.
+/// re-executes this test binary as: `guarded:<clip>` or `symphonia:<clip>`.
 #[cfg(target_os = "linux")]
 const ADDRESS_SPACE_CHILD: &str = "SWITCHYARD_FRONTEND_ADDRESS_SPACE_CHILD";
 
-/// Clips whose metadata states sizes symphonia would allocate before reading or checking them:
-/// each must be refused without the allocation. Overcommitted memory hides a 4 GiB request (no page is
-/// touched), so the test decodes each clip in a child process whose address space is capped at
-/// 1 GiB (`ulimit -v`), where such an allocation aborts the process.
+/// symphonia alone on `clip`, without the front end's guard: the probe (which reads the
+/// metadata), then the decoder (which reads the codec's setup).
+#[cfg(target_os = "linux")]
+fn symphonia_unguarded(clip: &[u8]) {
+    use symphonia::core::io::MediaSourceStream;
+    let source = MediaSourceStream::new(
+        Box::new(std::io::Cursor::new(clip.to_vec())),
+        Default::default(),
+    );
+    let probe = symphonia::default::get_probe();
+    let hint = symphonia::core::probe::Hint::new();
+    if let Ok(probed) = probe.format(&hint, source, &Default::default(), &Default::default()) {
+        if let Some(track) = probed.format.tracks().first() {
+            let codecs = symphonia::default::get_codecs();
+            let _ = codecs.make(&track.codec_params, &Default::default());
+        }
+    }
+}
+
+/// Clips whose metadata states sizes symphonia allocates before reading or checking them: each
+/// must be refused without the allocation. Overcommitted memory hides a 4 GiB request (no page is
+/// touched), so each clip is decoded in a child process whose address space is capped at 1 GiB
+/// (`ulimit -v`), where such an allocation aborts the process. The same clip given to symphonia
+/// directly does abort there: the cap shows what the guard prevents.
 #[cfg(target_os = "linux")]
 #[test]
 fn metadata_bombs_are_refused_within_a_small_address_space() {
     use switchyard_fixtures::crafted::{id3v2_tag, ogg_vorbis_codebook_bomb};
     let mut picture = flac_constant(44_100, 4096, 1, 0, 4096);
-    // A PICTURE block before STREAMINFO's frames, stating a 4 GiB media type.
+    // A PICTURE block after STREAMINFO, stating a 4 GiB media type.
     picture.truncate(4 + 4 + 34);
     picture[4] &= 0x7f; // STREAMINFO is no longer the last block
     picture.extend_from_slice(&[0x86, 0, 0, 12]);
@@ -911,22 +931,19 @@ fn metadata_bombs_are_refused_within_a_small_address_space() {
         ("vorbis codebook of 2 GB", ogg_vorbis_codebook_bomb(0xff_ffff, 31)),
     ];
     if let Ok(case) = std::env::var(ADDRESS_SPACE_CHILD) {
-        let (_, clip) = clips.iter().find(|(name, _)| *name == case).unwrap();
-        let err = audio::features_from_bytes(clip, &AudioOptions::default()).unwrap_err();
-        println!("REFUSED: {err}");
+        let (how, name) = case.split_once(':').unwrap();
+        let (_, clip) = clips.iter().find(|(n, _)| *n == name).unwrap();
+        if how == "symphonia" {
+            symphonia_unguarded(clip);
+            println!("SURVIVED");
+        } else {
+            let err = audio::features_from_bytes(clip, &AudioOptions::default()).unwrap_err();
+            println!("REFUSED: {err}");
+        }
         return;
     }
-    for (name, _) in &clips {
-        // Stating what it holds, the same tag decodes as far as its (absent) audio.
-        if name.starts_with("id3v2") {
-            let honest = id3v2_tag(8);
-            let err = audio::features_from_bytes(&honest, &AudioOptions::default());
-            assert!(
-                !matches!(&err, Err(AudioError::Decode(m)) if m.contains("ID3v2")),
-                "{err:?}"
-            );
-        }
-        let out = std::process::Command::new("sh")
+    let child = |case: String| {
+        std::process::Command::new("sh")
             .arg("-c")
             .arg("ulimit -v 1048576 && exec \"$@\"")
             .arg("sh")
@@ -937,9 +954,12 @@ fn metadata_bombs_are_refused_within_a_small_address_space() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(ADDRESS_SPACE_CHILD, name)
+            .env(ADDRESS_SPACE_CHILD, case)
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    for (name, _) in &clips {
+        let out = child(format!("guarded:{name}"));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && stdout.contains("REFUSED: "),
@@ -948,5 +968,16 @@ fn metadata_bombs_are_refused_within_a_small_address_space() {
             String::from_utf8_lossy(&out.stderr)
         );
         eprintln!("{name}: {}", stdout.lines().find(|l| l.contains("REFUSED")).unwrap());
+        let control = child(format!("symphonia:{name}"));
+        assert!(
+            !control.status.success() && !String::from_utf8_lossy(&control.stdout).contains("SURVIVED"),
+            "{name}: symphonia alone survived the 1 GiB cap, so the cap shows nothing"
+        );
     }
+    // Stating what it holds, the same tag is no ID3v2 error.
+    let honest = audio::features_from_bytes(&id3v2_tag(8), &AudioOptions::default());
+    assert!(
+        !matches!(&honest, Err(AudioError::Decode(m)) if m.contains("ID3v2")),
+        "{honest:?}"
+    );
 }

@@ -1,9 +1,9 @@
 //! The serving surface under hostile clients (issue 15): safe metrics, HTTP limits, the admin
 //! guard, content types, operator caps, heavy work off the runtime, reload and drain.
 
+use crate::phi4mm_hardening as phi4mm;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use crate::phi4mm_hardening as phi4mm;
 use switchyard_integration_tests::{plugin_lib, proc_status_kb, user, Server};
 
 /// One echo instance `bot` behind the route `chat`, with `server` lines in `[server]` and
@@ -560,7 +560,11 @@ async fn after_the_hostile_mix_the_server_serves_and_its_memory_is_back() {
         assert_eq!(status, 200, "{body}");
         let reply = server.chat(phi4mm_chat.clone()).await;
         assert_eq!(reply.status, 200, "{:?}", reply.body);
-        assert_eq!(reply.body["usage"]["completion_tokens"], 2, "{:?}", reply.body);
+        assert_eq!(
+            reply.body["usage"]["completion_tokens"], 2,
+            "{:?}",
+            reply.body
+        );
         let (status, body) = server
             .transcribe("phi4mm-tiny", "a.wav", wav.to_vec(), &[])
             .await;

@@ -293,7 +293,10 @@ fn check_id3v2(bytes: &[u8]) -> Result<(), AudioError> {
         }
         let size = syncsafe(&header[6..10]);
         let body = bytes.get(at + 10..at + 10 + size).ok_or_else(|| {
-            id3_malformed(format!("{size} bytes, {} left in the clip", bytes.len() - at - 10))
+            id3_malformed(format!(
+                "{size} bytes, {} left in the clip",
+                bytes.len() - at - 10
+            ))
         })?;
         // Before version 4 an unsynchronised tag is read through symphonia's unsync decoder,
         // and frame sizes count the decoded bytes.
@@ -337,7 +340,10 @@ fn check_id3v2_frames(tag: &[u8], major: u8, extended: bool) -> Result<(), Audio
             return Ok(());
         };
         let id = &header[..id_len];
-        if !id.iter().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase()) {
+        if !id
+            .iter()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+        {
             return Ok(()); // padding: symphonia stops here
         }
         let size = match major {
@@ -604,7 +610,11 @@ mod tests {
         body.extend_from_slice(b"TIT2");
         body.extend_from_slice(&0xffff_fff0u32.to_be_bytes());
         body.extend_from_slice(&[0, 0, b'a']);
-        tag.extend((0..4).rev().map(|k| ((body.len() as u32 >> (7 * k)) & 0x7f) as u8));
+        tag.extend(
+            (0..4)
+                .rev()
+                .map(|k| ((body.len() as u32 >> (7 * k)) & 0x7f) as u8),
+        );
         tag.extend(body);
         assert!(check(&tag).is_err());
         // Unsynchronised version 2.3: `FF 00` is one byte, so a frame of 2 bytes holding
@@ -614,7 +624,11 @@ mod tests {
             body.extend_from_slice(&size.to_be_bytes());
             body.extend_from_slice(&[0, 0, 0xff, 0x00, 0xff, 0x00]);
             let mut tag = vec![b'I', b'D', b'3', 3, 0, 0x80];
-            tag.extend((0..4).rev().map(|k| ((body.len() as u32 >> (7 * k)) & 0x7f) as u8));
+            tag.extend(
+                (0..4)
+                    .rev()
+                    .map(|k| ((body.len() as u32 >> (7 * k)) & 0x7f) as u8),
+            );
             tag.extend(body);
             assert_eq!(check(&tag).is_ok(), ok, "size {size}");
         }
@@ -645,8 +659,13 @@ mod tests {
     /// one length), with a type-1 lookup table of one multiplicand.
     fn setup(entries: u32, dimensions: u32) -> Vec<u8> {
         let mut w = BitWriter::default();
-        w.put(0, 8).put(0x56_4342, 24).put(dimensions, 16).put(entries, 24);
-        w.put(1, 1).put(0, 5).put(entries, 32 - entries.leading_zeros());
+        w.put(0, 8)
+            .put(0x56_4342, 24)
+            .put(dimensions, 16)
+            .put(entries, 24);
+        w.put(1, 1)
+            .put(0, 5)
+            .put(entries, 32 - entries.leading_zeros());
         w.put(1, 4).put(0, 32).put(0, 32).put(0, 4).put(0, 1);
         let values = lookup1_values(entries, dimensions as u16);
         w.put(0, values as u32);
@@ -661,12 +680,18 @@ mod tests {
         // 2 GB lookup table.
         let bomb = setup(0xff_ffff, 31);
         assert!(bomb.len() < 40, "{} bytes", bomb.len());
-        let clip = ogg_page(&[b"\x01vorbis-ident", b"\x03vorbis\0\0\0\0\0\0\0\0\x01", &bomb]);
+        let clip = ogg_page(&[
+            b"\x01vorbis-ident",
+            b"\x03vorbis\0\0\0\0\0\0\0\0\x01",
+            &bomb,
+        ]);
         let err = check(&clip).unwrap_err().to_string();
         assert!(err.contains("malformed Vorbis setup header"), "{err}");
         assert!(err.contains("entries"), "{err}");
         // Few entries, many dimensions: the lookup table is the amplifier.
-        let err = check_vorbis_codebooks(&setup(200_000, 31)[7..]).unwrap_err().to_string();
+        let err = check_vorbis_codebooks(&setup(200_000, 31)[7..])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lookup tables hold 6200000 values"), "{err}");
         // A codebook of an encoder's size passes, and so does a header the walk cannot finish.
         assert!(check_vorbis_codebooks(&setup(625, 4)[7..]).is_ok());

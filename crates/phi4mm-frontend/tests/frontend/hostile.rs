@@ -2,13 +2,13 @@
 //! allocation sized from an attacker's header.
 
 use std::io::Cursor;
+use switchyard_fixtures::crafted::{flac_constant, png_bomb_header, wav_header};
 use switchyard_phi4mm_frontend::audio::{
     self, AudioError, AudioOptions, RequestAudioError, ResampleMode, SampleLimit,
 };
 use switchyard_phi4mm_frontend::image::{self, ImageError, ImageOptions};
 use switchyard_phi4mm_frontend::limits::{LimitError, Limits};
 use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, PromptError, Role};
-use switchyard_fixtures::crafted::{flac_constant, png_bomb_header, wav_header};
 
 fn wav<S: hound::Sample + Copy>(spec: hound::WavSpec, samples: &[S]) -> Vec<u8> {
     let mut cursor = Cursor::new(Vec::new());
@@ -928,7 +928,10 @@ fn metadata_bombs_are_refused_within_a_small_address_space() {
         ("id3v2 title of 4 GiB", id3v2_tag(0xffff_fff0)),
         ("flac picture of 4 GiB", picture),
         // 16.7 million entries × 31 dimensions: a 2 GB lookup table.
-        ("vorbis codebook of 2 GB", ogg_vorbis_codebook_bomb(0xff_ffff, 31)),
+        (
+            "vorbis codebook of 2 GB",
+            ogg_vorbis_codebook_bomb(0xff_ffff, 31),
+        ),
     ];
     if let Ok(case) = std::env::var(ADDRESS_SPACE_CHILD) {
         let (how, name) = case.split_once(':').unwrap();
@@ -967,10 +970,14 @@ fn metadata_bombs_are_refused_within_a_small_address_space() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        eprintln!("{name}: {}", stdout.lines().find(|l| l.contains("REFUSED")).unwrap());
+        eprintln!(
+            "{name}: {}",
+            stdout.lines().find(|l| l.contains("REFUSED")).unwrap()
+        );
         let control = child(format!("symphonia:{name}"));
         assert!(
-            !control.status.success() && !String::from_utf8_lossy(&control.stdout).contains("SURVIVED"),
+            !control.status.success()
+                && !String::from_utf8_lossy(&control.stdout).contains("SURVIVED"),
             "{name}: symphonia alone survived the 1 GiB cap, so the cap shows nothing"
         );
     }

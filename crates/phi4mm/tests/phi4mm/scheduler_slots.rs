@@ -407,7 +407,8 @@ fn a_job_cancelled_while_preparing_leaves_a_resubmitted_id_alone() {
         assert!(h.sched.cancel(2));
         h.submit(2, "text_base", 4, h.sink(NEW)).unwrap();
         go.send(()).unwrap();
-        let ended = |h: &Harness, tag: u64| h.records.get(&tag).is_some_and(|r| r.outcome.is_some());
+        let ended =
+            |h: &Harness, tag: u64| h.records.get(&tag).is_some_and(|r| r.outcome.is_some());
         while !(ended(&h, OLD) && ended(&h, NEW)) {
             h.wait("both jobs to end", |_| true);
         }

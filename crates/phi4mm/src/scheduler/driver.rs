@@ -69,12 +69,11 @@ fn iterate<B: StepBackend>(
             loop {
                 if st.shutdown {
                     let ready: Vec<Ready> = st.ready.drain(..).collect();
-                    st.waiting.clear();
-                    let pending = std::mem::take(&mut st.pending);
+                    let waiting = std::mem::take(&mut st.waiting);
                     st.queued_tokens = 0;
                     st.slots.iter_mut().for_each(|s| *s = None);
                     drop(st);
-                    drop(pending);
+                    drop(waiting);
                     for mut r in ready {
                         r.job.sink.done(Outcome::Finished {
                             reason: FinishReason::Cancelled,

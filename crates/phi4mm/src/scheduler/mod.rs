@@ -148,10 +148,9 @@ impl Scheduler {
         // Not prepared yet: its entry goes now, with its prepare function if no media worker
         // has started it (the media bytes are freed here, not when a worker reaches the job); the
         // worker then finishes the job as cancelled.
-        let (found, pending) = st.unqueue_taking(id);
-        if found {
+        if let Some(entry) = st.unqueue_taking(id) {
             drop(st);
-            drop(pending);
+            drop(entry);
             return true;
         }
         if st.slots.iter().flatten().any(|(r, _, _)| *r == id) {

@@ -203,7 +203,7 @@ fn check_vorbis_codebooks(body: &[u8]) -> Result<(), AudioError> {
             return Ok(());
         };
         let values = match lookup_type {
-            1 if dimensions > 0 => lookup1_values(entries, dimensions),
+            1 if dimensions > 0 => lookup1_values(entries, dimensions as u16),
             1 => return Ok(()),
             _ => u64::from(entries) * u64::from(dimensions),
         };
@@ -572,8 +572,8 @@ mod tests {
         // Version 2.3 sizes are 32-bit: symphonia would allocate 4 GiB for this title.
         for (major, id, size) in [
             (3, &b"TIT2"[..], 0xffff_fff0),
-            (4, b"APIC", 0x0fff_ffff),
-            (2, b"TT2", 0x00ff_ffff),
+            (4, &b"APIC"[..], 0x0fff_ffff),
+            (2, &b"TT2"[..], 0x00ff_ffff),
         ] {
             let err = check(&id3(major, 0, id, size, 8)).unwrap_err().to_string();
             assert!(err.contains("malformed ID3v2 tag: frame"), "{err}");

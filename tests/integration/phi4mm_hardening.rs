@@ -253,8 +253,8 @@ async fn every_cap_answers_400_naming_its_limit_through_phi4mm() {
         "outside the vocabulary (1024)",
     )
     .await;
-    // 1005 is inside the embedding table but no token of the tokenizer (its ids end at 1006,
-    // its added tokens are 1000, 1010, 1011 and 1019 to 1022).
+    // 1005 is inside the embedding table (1024 rows) but no token of the tokenizer, which
+    // defines 0 to 1000, 1010, 1011 and 1019 to 1022.
     assert_refused(
         &server,
         "undefined id",

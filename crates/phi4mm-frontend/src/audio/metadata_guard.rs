@@ -317,7 +317,8 @@ fn check_id3v2(bytes: &[u8]) -> Result<(), AudioError> {
 fn resynchronise(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     for (i, &b) in bytes.iter().enumerate() {
-        if !(b == 0 && i > 0 && bytes[i - 1] == 0xff) {
+        let stuffed = b == 0 && i > 0 && bytes[i - 1] == 0xff;
+        if !stuffed {
             out.push(b);
         }
     }

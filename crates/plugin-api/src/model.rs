@@ -1,4 +1,9 @@
-use crate::{error::PluginError, event::EventSinkBox, request::Request, stats::ModelStats};
+use crate::{
+    error::PluginError,
+    event::EventSinkBox,
+    request::Request,
+    stats::{ModelResources, ModelStats},
+};
 use abi_stable::{sabi_trait, std_types::RResult};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -27,6 +32,12 @@ pub trait Model: Send + Sync {
     /// Cancels everything still running and stops the instance's threads. Called once, last.
     #[sabi(last_prefix_field)]
     fn shutdown(&self);
+
+    /// The instance's KV cache and adapters (API 2.1). A plugin built against 2.0 has no such
+    /// entry in its vtable, and abi_stable runs this default instead: nothing reported.
+    fn resources(&self) -> ModelResources {
+        ModelResources::default()
+    }
 }
 
 /// An owned, FFI-safe model instance.
@@ -43,6 +54,10 @@ pub trait PluginModel: Send + Sync + 'static {
     fn stats(&self) -> ModelStats;
     fn drain(&self);
     fn shutdown(&self);
+    /// See [`Model::resources`]; the default reports nothing (no KV cache, no adapters).
+    fn resources(&self) -> ModelResources {
+        ModelResources::default()
+    }
 }
 
 /// Wraps a [`PluginModel`] so that every call catches panics. A panic in `submit` or `warm`
@@ -77,6 +92,10 @@ impl<M: PluginModel> Model for Guarded<M> {
 
     fn shutdown(&self) {
         let _ = catch_unwind(AssertUnwindSafe(|| self.0.shutdown()));
+    }
+
+    fn resources(&self) -> ModelResources {
+        catch_unwind(AssertUnwindSafe(|| self.0.resources())).unwrap_or_default()
     }
 }
 

@@ -112,6 +112,7 @@ fn assert_idle(s: &SchedulerStats, slots: usize) {
             free_slots: slots,
             rows_per_adapter: [0, 0, 0],
             rows_per_audio_branch: [0, 0],
+            kv_positions: 0,
             slots: vec![None; slots],
             // The step counts only grow; what an idle scheduler must not hold is any row.
             steps_by_rows: s.steps_by_rows.clone(),

@@ -101,8 +101,11 @@ fn main() {
         percentile(&mut health, 0.5),
         percentile(&mut health, 0.99),
     );
+    // `scripts/bench-metrics.sh` runs release; a dev-profile run (`--profile dev`) says so.
+    let profile = if cfg!(debug_assertions) { "dev" } else { "release" };
     let line = json!({
         "bench": "metrics-scrape",
+        "profile": profile,
         "instances": INSTANCES,
         "scrapes": scrape.len(),
         "bytes": bytes,
@@ -118,7 +121,7 @@ fn main() {
     let report = format!(
         "## `/metrics` scrape cost (issue 17)\n\n\
 Command: `scripts/bench-metrics.sh` (release build; `cargo bench -p switchyard-integration-tests --bench metrics_scrape`).\n\
-Machine: {machine}. Load average (1, 5, 15 min) {load_before} before, {load_after} after.\n\
+This run: the **{profile}** profile. Machine: {machine}. Load average (1, 5, 15 min) {load_before} before, {load_after} after.\n\
 A real `switchyard serve` with {INSTANCES} echo instances (two adapters and two served names each,\n\
 every `vllm:*` and `switchyard_*` series populated by real requests), one keep-alive client over\n\
 loopback, {ROUNDS} alternating rounds of {PER_ROUND} `GET /metrics` and {PER_ROUND} `GET /health` (the same\n\

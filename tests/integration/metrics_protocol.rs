@@ -19,8 +19,8 @@ use switchyard_integration_tests::{phi4mm_lib, plugin_lib, python_with, user, Se
 const PARSER: &str = "prometheus-client==0.26.0";
 
 /// Echo `slow` (2 slots, 16 KV positions each, adapters `alpha` and `beta`) behind the names
-/// `chat` and `assistant`; echo 2.0 `old` behind `legacy`; Phi4MM `phi` behind `phi4mm`.
-fn config() -> String {
+/// `chat` and `assistant`; echo 2.0 `old` behind `legacy`.
+fn echo_config() -> String {
     format!(
         r#"
 [[plugins]]
@@ -29,9 +29,6 @@ path = "{echo}"
 [[plugins]]
 name = "echo-2-0"
 path = "{echo_2_0}"
-[[plugins]]
-name = "phi4mm"
-path = "{phi}"
 [[models]]
 name = "slow"
 plugin = "echo"
@@ -42,23 +39,34 @@ name = "old"
 plugin = "echo-2-0"
 kind = "echo"
 settings = {{ token_delay_ms = 150, slots = 2 }}
-[[models]]
-name = "phi"
-plugin = "phi4mm"
-kind = "phi4mm"
-settings = {{ checkpoint = "{ckpt}", slots = 2 }}
 [[routes]]
 models = ["chat", "assistant"]
 backends = [{{ model = "slow" }}]
 [[routes]]
 models = ["legacy"]
 backends = [{{ model = "old" }}]
+"#,
+        echo = plugin_lib("echo").display(),
+        echo_2_0 = plugin_lib("echo_2_0").display(),
+    )
+}
+
+/// Phi4MM `phi` (the tiny fixture, 2 slots) behind `phi4mm`.
+fn phi4mm_config() -> String {
+    format!(
+        r#"
+[[plugins]]
+name = "phi4mm"
+path = "{phi}"
+[[models]]
+name = "phi"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2 }}
 [[routes]]
 models = ["phi4mm"]
 backends = [{{ model = "phi" }}]
 "#,
-        echo = plugin_lib("echo").display(),
-        echo_2_0 = plugin_lib("echo_2_0").display(),
         phi = phi4mm_lib().display(),
         ckpt = fixture().join("model").display(),
     )
@@ -223,7 +231,7 @@ const SIX_WORDS: &str = "one two three four five six";
 
 #[tokio::test]
 async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers() {
-    let server = Server::start(&config()).await;
+    let server = Server::start(&echo_config()).await;
     let mut texts = vec![server.metrics().await]; // 0: idle
 
     // One request on `slow`: one running row.
@@ -277,34 +285,9 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
         .await,
     ); // 5
 
-    // Phi4MM: a running row holds KV positions (tiny, against 2 slots of 131072 positions), so
-    // the fraction is above 0 while it runs. A greedy row of random weights may stop early:
-    // a few tries.
-    let mut phi_running = None;
-    for _ in 0..5 {
-        let request = server.chat_in_background(json!({
-            "model": "phi4mm", "max_tokens": 1024, "temperature": 0, "messages": user("Hello there"),
-        }));
-        while !request.is_finished() {
-            let text = server.metrics().await;
-            if peek(&text, "vllm:num_requests_running", PHI) == Some(1.0)
-                && peek(&text, "vllm:kv_cache_usage_perc", PHI).is_some_and(|kv| kv > 0.0)
-            {
-                phi_running = Some(text);
-                break;
-            }
-        }
-        let _ = request.await;
-        if phi_running.is_some() {
-            break;
-        }
-    }
-    texts.push(phi_running.expect("a scrape while a Phi4MM row ran")); // 6
-    texts.push(server.metrics().await); // 7: after
-
     let s = parse(&texts);
     // Idle: nothing waits or runs, no KV in use; the adapters are named.
-    for of in [SLOW, OLD, PHI] {
+    for of in [SLOW, OLD] {
         assert_eq!(s[0].gauge("vllm:num_requests_waiting", of), 0.0);
         assert_eq!(s[0].gauge("vllm:num_requests_running", of), 0.0);
         assert_eq!(s[0].gauge("vllm:kv_cache_usage_perc", of), 0.0);
@@ -318,10 +301,6 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
         .unwrap()
         .as_secs_f64();
     assert!(stamp > now - 600.0 && stamp <= now, "{stamp} is not a recent Unix time");
-    let (labels, _) = s[0].lora(PHI).expect("phi4mm has adapters");
-    assert_eq!(labels["max_lora"], "2");
-    assert_eq!(labels["running_lora_adapters"], "speech,vision");
-    assert_eq!(labels["waiting_lora_adapters"], "");
     // A 2.0 plugin reports no adapters: no series, as vLLM without LoRA.
     assert_eq!(s[0].lora(OLD), None);
 
@@ -360,11 +339,51 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
     // Six tokens 150 ms apart: 0.9 s at least.
     assert_eq!(e2e.iter().find(|b| b.0 == 0.8).unwrap().1, 0.0);
 
+}
+
+#[tokio::test]
+async fn phi4mm_reports_the_kv_positions_of_its_rows_and_its_resident_adapters() {
+    let server = Server::start(&phi4mm_config()).await;
+    let mut texts = vec![server.metrics().await]; // 0: idle
+    // Phi4MM: a running row holds KV positions (tiny, against 2 slots of 131072 positions), so
+    // the fraction is above 0 while it runs. A greedy row of random weights may stop early:
+    // a few tries.
+    let mut phi_running = None;
+    for _ in 0..5 {
+        let request = server.chat_in_background(json!({
+            "model": "phi4mm", "max_tokens": 1024, "temperature": 0, "messages": user("Hello there"),
+        }));
+        while !request.is_finished() {
+            let text = server.metrics().await;
+            if peek(&text, "vllm:num_requests_running", PHI) == Some(1.0)
+                && peek(&text, "vllm:kv_cache_usage_perc", PHI).is_some_and(|kv| kv > 0.0)
+            {
+                phi_running = Some(text);
+                break;
+            }
+        }
+        let _ = request.await;
+        if phi_running.is_some() {
+            break;
+        }
+    }
+    texts.push(phi_running.expect("a scrape while a Phi4MM row ran")); // 1
+    texts.push(server.metrics().await); // 2: after
+
+    let s = parse(&texts);
+    assert_eq!(s[0].gauge("vllm:num_requests_waiting", PHI), 0.0);
+    assert_eq!(s[0].gauge("vllm:num_requests_running", PHI), 0.0);
+    assert_eq!(s[0].gauge("vllm:kv_cache_usage_perc", PHI), 0.0);
+    // Both adapters live in the checkpoint: resident, and none waits.
+    let (labels, _) = s[0].lora(PHI).expect("phi4mm has adapters");
+    assert_eq!(labels["max_lora"], "2");
+    assert_eq!(labels["running_lora_adapters"], "speech,vision");
+    assert_eq!(labels["waiting_lora_adapters"], "");
     // Phi4MM while a row runs: in (0, 1), and no more than the row's prompt and budget hold.
-    let kv = s[6].gauge("vllm:kv_cache_usage_perc", PHI);
+    let kv = s[1].gauge("vllm:kv_cache_usage_perc", PHI);
     assert!(kv > 0.0 && kv <= (64.0 + 1024.0) / (2.0 * 131072.0), "{kv}");
-    assert_eq!(s[6].gauge("vllm:num_requests_running", PHI), 1.0);
-    assert_eq!(s[7].gauge("vllm:kv_cache_usage_perc", PHI), 0.0);
-    assert!(s[7].counter("vllm:prompt_tokens", PHI) > 0.0);
-    assert!(s[7].counter("vllm:generation_tokens", PHI) > 0.0);
+    assert_eq!(s[1].gauge("vllm:num_requests_running", PHI), 1.0);
+    assert_eq!(s[2].gauge("vllm:kv_cache_usage_perc", PHI), 0.0);
+    assert!(s[2].counter("vllm:prompt_tokens", PHI) > 0.0);
+    assert!(s[2].counter("vllm:generation_tokens", PHI) > 0.0);
 }

@@ -93,16 +93,14 @@ fn main() {
     });
     let load_after = load_average();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let (s50, s99) = (
-        percentile(&mut scrape, 0.5),
-        percentile(&mut scrape, 0.99),
-    );
-    let (h50, h99) = (
-        percentile(&mut health, 0.5),
-        percentile(&mut health, 0.99),
-    );
+    let (s50, s99) = (percentile(&mut scrape, 0.5), percentile(&mut scrape, 0.99));
+    let (h50, h99) = (percentile(&mut health, 0.5), percentile(&mut health, 0.99));
     // `scripts/bench-metrics.sh` runs release; a dev-profile run (`--profile dev`) says so.
-    let profile = if cfg!(debug_assertions) { "dev" } else { "release" };
+    let profile = if cfg!(debug_assertions) {
+        "dev"
+    } else {
+        "release"
+    };
     let line = json!({
         "bench": "metrics-scrape",
         "profile": profile,

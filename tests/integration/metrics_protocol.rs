@@ -87,7 +87,8 @@ struct Scrape {
 /// Parses every exposition with the reference parsers, in one Python run.
 fn parse(texts: &[String]) -> Vec<Scrape> {
     let python = python_with(PARSER);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("integration/parse_metrics.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("integration/parse_metrics.py");
     let mut child = Command::new(python)
         .arg(script)
         .stdin(Stdio::piped())
@@ -126,9 +127,7 @@ fn labelled<'a>(family: &'a Value, sample: &str, of: (&str, &str)) -> Vec<&'a Va
         .map(|s| s.as_slice())
         .unwrap_or_default()
         .iter()
-        .filter(|s| {
-            s[0] == sample && s[1]["model_name"] == of.0 && s[1]["instance"] == of.1
-        })
+        .filter(|s| s[0] == sample && s[1]["model_name"] == of.0 && s[1]["instance"] == of.1)
         .collect()
 }
 
@@ -176,7 +175,11 @@ impl Scrape {
             .iter()
             .map(|s| {
                 let le = s[1]["le"].as_str().unwrap();
-                let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() };
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
                 (le, s[2].as_f64().unwrap())
             })
             .collect();
@@ -184,7 +187,10 @@ impl Scrape {
         let mut want = expected.to_vec();
         want.push(f64::INFINITY);
         assert_eq!(les, want, "{name} buckets:\n{}", self.raw);
-        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{name} not cumulative");
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{name} not cumulative"
+        );
         let count = labelled(family, &format!("{name}_count"), of);
         assert_eq!(count.len(), 1);
         assert_eq!(count[0][2].as_f64(), Some(buckets.last().unwrap().1));
@@ -244,8 +250,10 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
         })
         .await,
     ); // 1
-    // Four more: both slots run, three wait.
-    let more: Vec<_> = (0..4).map(|_| server.chat_in_background(chat("assistant"))).collect();
+       // Four more: both slots run, three wait.
+    let more: Vec<_> = (0..4)
+        .map(|_| server.chat_in_background(chat("assistant")))
+        .collect();
     texts.push(
         scrape_until(&server, "two running and three waiting on slow", |t| {
             peek(t, "vllm:num_requests_running", SLOW) == Some(2.0)
@@ -255,7 +263,7 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
         })
         .await,
     ); // 2
-    // The 2.0 plugin: one request, then two.
+       // The 2.0 plugin: one request, then two.
     let old_one = server.chat_in_background(chat("legacy"));
     texts.push(
         scrape_until(&server, "one running on old", |t| {
@@ -273,7 +281,10 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
 
     for reply in [first, old_one, old_two].into_iter().chain(more) {
         let body: Value = serde_json::from_str(&reply.await.unwrap()).unwrap();
-        assert_eq!(body["choices"][0]["message"]["content"], SIX_WORDS, "{body}");
+        assert_eq!(
+            body["choices"][0]["message"]["content"], SIX_WORDS,
+            "{body}"
+        );
     }
     texts.push(
         scrape_until(&server, "slow and old idle", |t| {
@@ -300,7 +311,10 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    assert!(stamp > now - 600.0 && stamp <= now, "{stamp} is not a recent Unix time");
+    assert!(
+        stamp > now - 600.0 && stamp <= now,
+        "{stamp} is not a recent Unix time"
+    );
     // A 2.0 plugin reports no adapters: no series, as vLLM without LoRA.
     assert_eq!(s[0].lora(OLD), None);
 
@@ -310,7 +324,10 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
     assert_eq!(s[1].gauge("vllm:num_requests_waiting", SLOW), 0.0);
     // Two rows and three waiting: twice the prompt positions at least, never above 1.
     let kv2 = s[2].gauge("vllm:kv_cache_usage_perc", SLOW);
-    assert!(kv2 > kv1 && (12.0 / 32.0..=24.0 / 32.0).contains(&kv2), "{kv1} then {kv2}");
+    assert!(
+        kv2 > kv1 && (12.0 / 32.0..=24.0 / 32.0).contains(&kv2),
+        "{kv1} then {kv2}"
+    );
     assert_eq!(s[2].gauge("vllm:num_requests_waiting", SLOW), 3.0);
     // The adapters did not change, so neither did the timestamp.
     assert_eq!(s[2].lora(SLOW).unwrap().1, stamp);
@@ -325,7 +342,10 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
     }
     let (requests, words) = (5.0, 6.0);
     assert_eq!(s[5].counter("vllm:prompt_tokens", SLOW), requests * words);
-    assert_eq!(s[5].counter("vllm:generation_tokens", SLOW), requests * words);
+    assert_eq!(
+        s[5].counter("vllm:generation_tokens", SLOW),
+        requests * words
+    );
     assert_eq!(s[5].counter("vllm:generation_tokens", OLD), 2.0 * words);
     let ttft = s[5].histogram("vllm:time_to_first_token_seconds", SLOW, &TTFT);
     assert_eq!(ttft.last().unwrap().1, requests);
@@ -338,16 +358,15 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
     assert_eq!(e2e.last().unwrap().1, requests);
     // Six tokens 150 ms apart: 0.9 s at least.
     assert_eq!(e2e.iter().find(|b| b.0 == 0.8).unwrap().1, 0.0);
-
 }
 
 #[tokio::test]
 async fn phi4mm_reports_the_kv_positions_of_its_rows_and_its_resident_adapters() {
     let server = Server::start(&phi4mm_config()).await;
     let mut texts = vec![server.metrics().await]; // 0: idle
-    // Phi4MM: a running row holds KV positions (tiny, against 2 slots of 131072 positions), so
-    // the fraction is above 0 while it runs. A greedy row of random weights may stop early:
-    // a few tries.
+                                                  // Phi4MM: a running row holds KV positions (tiny, against 2 slots of 131072 positions), so
+                                                  // the fraction is above 0 while it runs. A greedy row of random weights may stop early:
+                                                  // a few tries.
     let mut phi_running = None;
     for _ in 0..5 {
         let request = server.chat_in_background(json!({

@@ -366,7 +366,10 @@ impl ValidConfig {
         let mut names: Vec<&str> = Vec::new();
         for route in self.routes() {
             let backends = route.backends.iter().map(|b| b.model.as_str());
-            if backends.chain(route.fallbacks.iter().map(String::as_str)).any(|m| m == instance) {
+            if backends
+                .chain(route.fallbacks.iter().map(String::as_str))
+                .any(|m| m == instance)
+            {
                 for name in &route.models {
                     if !names.contains(&name.as_str()) {
                         names.push(name);

@@ -380,7 +380,11 @@ impl Instance {
             return None;
         }
         let join = |names: &[abi_stable::std_types::RString]| {
-            names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(",")
+            names
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
         };
         let mut now = LoraInfo {
             max_lora: resources.max_adapters,
@@ -390,8 +394,9 @@ impl Instance {
         };
         let mut last = self.lora.lock().unwrap();
         match &*last {
-            Some(seen) if (seen.max_lora, &seen.running, &seen.waiting)
-                == (now.max_lora, &now.running, &now.waiting) =>
+            Some(seen)
+                if (seen.max_lora, &seen.running, &seen.waiting)
+                    == (now.max_lora, &now.running, &now.waiting) =>
             {
                 now.changed_at = seen.changed_at;
             }

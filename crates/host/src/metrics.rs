@@ -24,11 +24,7 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use std::{
-    fmt::Write,
-    sync::atomic::AtomicU64,
-    time::Duration,
-};
+use std::{fmt::Write, sync::atomic::AtomicU64, time::Duration};
 
 /// The `model` label of a request whose requested model name matches no route or instance.
 pub const UNKNOWN_MODEL: &str = "unknown";
@@ -249,9 +245,7 @@ impl VllmFamilies {
         Self {
             prompt_tokens: Family::default(),
             generation_tokens: Family::default(),
-            time_to_first_token: Family::new_with_constructor(|| {
-                Histogram::new(VLLM_TTFT_BUCKETS)
-            }),
+            time_to_first_token: Family::new_with_constructor(|| Histogram::new(VLLM_TTFT_BUCKETS)),
             time_per_output_token: Family::new_with_constructor(|| {
                 Histogram::new(VLLM_TPOT_BUCKETS)
             }),
@@ -683,7 +677,12 @@ mod tests {
         assert!(!text.contains("switchyard_in_flight{"), "{text}");
     }
 
-    fn gauges(instance: &str, names: &str, retiring: bool, lora: Option<LoraInfo>) -> InstanceGauges {
+    fn gauges(
+        instance: &str,
+        names: &str,
+        retiring: bool,
+        lora: Option<LoraInfo>,
+    ) -> InstanceGauges {
         InstanceGauges {
             labels: InstanceLabels {
                 instance: instance.into(),
@@ -758,7 +757,11 @@ mod tests {
         ] {
             assert!(text.contains(&line), "{line} missing from:\n{text}");
         }
-        assert_eq!(text.matches("vllm:num_requests_waiting{").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("vllm:num_requests_waiting{").count(),
+            1,
+            "{text}"
+        );
         // The retiring instance still shows in the host's own gauges.
         assert_eq!(text.matches("switchyard_in_flight{").count(), 2, "{text}");
     }

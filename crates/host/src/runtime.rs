@@ -11,7 +11,6 @@ use crate::{
     registry::Registry,
 };
 use arc_swap::ArcSwap;
-use switchyard_plugin_api::{ModelResources, ModelStats};
 use std::{
     collections::VecDeque,
     path::{Path, PathBuf},
@@ -21,6 +20,7 @@ use std::{
     },
     time::Duration,
 };
+use switchyard_plugin_api::{ModelResources, ModelStats};
 
 pub struct Runtime {
     current: ArcSwap<Deployment>,

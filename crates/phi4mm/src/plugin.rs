@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_plugin_api::{
     abi_stable::std_types::{ROption, RString},
     AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox, HostServices, Modality, ModelKindInfo,
-    ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request, SettingsText,
-    TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+    ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request,
+    SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 use crate::backend;

@@ -22,8 +22,7 @@ use crate::{
 use abi_stable::{
     declare_root_module_statics,
     library::RootModule,
-    package_version_strings,
-    sabi_trait,
+    package_version_strings, sabi_trait,
     sabi_types::VersionStrings,
     std_types::{RBox, RResult, RStr},
     StableAbi,
@@ -140,10 +139,8 @@ macro_rules! export_plugin_v2_0 {
                 kind: $crate::abi_stable::std_types::RStr<'_>,
                 settings: $crate::SettingsText,
                 services: $crate::HostServices,
-            ) -> $crate::abi_stable::std_types::RResult<
-                $crate::v2_0::ModelBox,
-                $crate::PluginError,
-            > {
+            ) -> $crate::abi_stable::std_types::RResult<$crate::v2_0::ModelBox, $crate::PluginError>
+            {
                 $crate::v2_0::guard_create(move || $create(kind.as_str(), settings, services))
             }
             use $crate::abi_stable::prefix_type::PrefixTypeTrait;

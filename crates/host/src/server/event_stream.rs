@@ -142,14 +142,8 @@ impl EventStream {
             plugin_version: instance.plugin.version().to_string().into(),
         };
         let series = metrics.request_series(&instance.served_labels());
-        let record = RequestRecord::new(
-            metrics.clone(),
-            served_by,
-            series,
-            model,
-            endpoint,
-            started,
-        );
+        let record =
+            RequestRecord::new(metrics.clone(), served_by, series, model, endpoint, started);
         Ok(Self {
             admission,
             events,

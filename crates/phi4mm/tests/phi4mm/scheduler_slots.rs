@@ -381,7 +381,10 @@ fn kv_positions_follow_the_rows_and_their_tokens() {
         let mut sink = h.sink(id);
         sink.pause_at = Some((n, gate));
         h.submit(id, "text_base", 8, sink).unwrap();
-        h.wait("the frozen token", |e| matches!(e, Ev::Token(i, _) if *i == id));
+        h.wait(
+            "the frozen token",
+            |e| matches!(e, Ev::Token(i, _) if *i == id),
+        );
         go
     };
     let done = |h: &mut Harness, id: u64| {

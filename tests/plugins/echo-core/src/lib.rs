@@ -27,8 +27,8 @@
 
 use serde::Deserialize;
 use std::{
-    collections::HashMap,
     cell::Cell,
+    collections::HashMap,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Condvar, Mutex,
@@ -39,8 +39,8 @@ use std::{
 use switchyard_plugin_api::{
     abi_stable::std_types::{ROption, RString},
     AdapterRows, Endpoint, Event, EventSinkBox, FinishReason, HostServices, Modality,
-    ModelKindInfo, ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request,
-    SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+    ModelKindInfo, ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel,
+    Request, SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 #[derive(Debug, Clone, Deserialize)]

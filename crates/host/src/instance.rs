@@ -388,19 +388,21 @@ impl Instance {
         };
         let mut now = LoraInfo {
             max_lora: resources.max_adapters,
-            running: join(&resources.resident_adapters),
-            waiting: join(&resources.waiting_adapters),
+            running: join(resources.resident_adapters.as_slice()),
+            waiting: join(resources.waiting_adapters.as_slice()),
             changed_at: 0.0,
         };
         let mut last = self.lora.lock().unwrap();
-        match &*last {
-            Some(seen)
-                if (seen.max_lora, &seen.running, &seen.waiting)
-                    == (now.max_lora, &now.running, &now.waiting) =>
-            {
-                now.changed_at = seen.changed_at;
-            }
-            _ => {
+        let unchanged = last
+            .as_ref()
+            .filter(|seen| {
+                (seen.max_lora, &seen.running, &seen.waiting)
+                    == (now.max_lora, &now.running, &now.waiting)
+            })
+            .map(|seen| seen.changed_at);
+        match unchanged {
+            Some(at) => now.changed_at = at,
+            None => {
                 now.changed_at = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());

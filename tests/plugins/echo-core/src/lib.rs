@@ -272,7 +272,12 @@ impl PluginModel for EchoModel {
     }
 
     fn resources(&self) -> ModelResources {
-        let adapters: Vec<RString> = self.settings.adapters.iter().map(RString::from).collect();
+        let adapters: Vec<RString> = self
+            .settings
+            .adapters
+            .iter()
+            .map(|a| RString::from(a.as_str()))
+            .collect();
         ModelResources {
             kv_capacity_tokens: u64::from(self.settings.slots) * self.settings.kv_tokens_per_slot,
             kv_used_tokens: self.shared.kv_used.load(Ordering::Relaxed),

@@ -364,32 +364,16 @@ impl Instance {
         }
     }
 
-    /// The plugin's KV cache and adapters; nothing for a plugin built against API 2.0 (its
-    /// vtable has no `resources`, and the ABI's default answers) or a stopped instance.
-    pub fn resources(&self) -> ModelResources {
-        match &*self.model.read().unwrap() {
-            Some(model) => model.resources(),
-            None => ModelResources::default(),
-        }
-    }
-
     /// `vllm:lora_requests_info` for `resources`: `None` without adapters; else the adapters,
     /// stamped with the Unix time they last changed (the first scrape that saw them so).
     pub fn lora_info(&self, resources: &ModelResources) -> Option<LoraInfo> {
         if resources.max_adapters == 0 && resources.resident_adapters.is_empty() {
             return None;
         }
-        let join = |names: &[abi_stable::std_types::RString]| {
-            names
-                .iter()
-                .map(|n| n.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
         let mut now = LoraInfo {
             max_lora: resources.max_adapters,
-            running: join(resources.resident_adapters.as_slice()),
-            waiting: join(resources.waiting_adapters.as_slice()),
+            running: resources.resident_adapters.join(","),
+            waiting: resources.waiting_adapters.join(","),
             changed_at: 0.0,
         };
         let mut last = self.lora.lock().unwrap();

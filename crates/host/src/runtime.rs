@@ -188,7 +188,8 @@ impl Runtime {
 
 fn instance_gauges(instance: &Instance, retiring: bool) -> metrics::InstanceGauges {
     let stats = instance.stats();
-    let resources = instance.resources();
+    // A 2.0 plugin's stats carry no resources: the defaults, and so the fallbacks.
+    let resources = stats.resources().unwrap_or_default();
     let state = instance.state();
     metrics::InstanceGauges {
         served: (*instance.served_labels()).clone(),

@@ -462,13 +462,13 @@ impl PluginModel for Phi4mmModel {
     /// one per request), so they are resident and nothing ever waits for one.
     fn resources(&self) -> ModelResources {
         let s = self.scheduler.stats();
-        let resident: Vec<RString> = RESIDENT_ADAPTERS.iter().map(|&a| a.into()).collect();
+        let resident: Vec<String> = RESIDENT_ADAPTERS.iter().map(|&a| a.into()).collect();
         ModelResources {
             kv_capacity_tokens: (self.settings.slots * self.media.context()) as u64,
             kv_used_tokens: s.kv_positions as u64,
             max_adapters: resident.len() as u32,
-            resident_adapters: resident.into(),
-            waiting_adapters: Vec::new().into(),
+            resident_adapters: resident,
+            waiting_adapters: Vec::new(),
         }
     }
 

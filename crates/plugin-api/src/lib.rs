@@ -36,5 +36,5 @@ pub use manifest::{Endpoint, Modality, ModelKindInfo, PluginManifest};
 pub use model::{Model, ModelBox, Model_TO, PluginModel};
 pub use request::{Message, Part, Request, Role, SamplingParams};
 pub use services::{HostServices, LogLevel, SettingsFormat, SettingsText};
-pub use stats::{AdapterRows, ModelResources, ModelStats};
+pub use stats::{AdapterRows, ModelResources, ModelStats, RESOURCES_KEY};
 pub use version::{ApiVersion, API_VERSION};

@@ -32,12 +32,6 @@ pub trait Model: Send + Sync {
     /// Cancels everything still running and stops the instance's threads. Called once, last.
     #[sabi(last_prefix_field)]
     fn shutdown(&self);
-
-    /// The instance's KV cache and adapters (API 2.1). A plugin built against 2.0 has no such
-    /// entry in its vtable, and abi_stable runs this default instead: nothing reported.
-    fn resources(&self) -> ModelResources {
-        ModelResources::default()
-    }
 }
 
 /// An owned, FFI-safe model instance.
@@ -54,7 +48,9 @@ pub trait PluginModel: Send + Sync + 'static {
     fn stats(&self) -> ModelStats;
     fn drain(&self);
     fn shutdown(&self);
-    /// See [`Model::resources`]; the default reports nothing (no KV cache, no adapters).
+    /// The instance's KV cache and adapters (API 2.1), called with every `stats`; the export
+    /// glue carries them in `ModelStats::details_json` (see [`ModelResources`]). The default
+    /// reports nothing: no KV cache to count, no adapters.
     fn resources(&self) -> ModelResources {
         ModelResources::default()
     }
@@ -83,7 +79,12 @@ impl<M: PluginModel> Model for Guarded<M> {
     }
 
     fn stats(&self) -> ModelStats {
-        catch_unwind(AssertUnwindSafe(|| self.0.stats())).unwrap_or_default()
+        catch_unwind(AssertUnwindSafe(|| {
+            let mut stats = self.0.stats();
+            stats.attach_resources(&self.0.resources());
+            stats
+        }))
+        .unwrap_or_default()
     }
 
     fn drain(&self) {
@@ -92,10 +93,6 @@ impl<M: PluginModel> Model for Guarded<M> {
 
     fn shutdown(&self) {
         let _ = catch_unwind(AssertUnwindSafe(|| self.0.shutdown()));
-    }
-
-    fn resources(&self) -> ModelResources {
-        catch_unwind(AssertUnwindSafe(|| self.0.resources())).unwrap_or_default()
     }
 }
 

@@ -1,7 +1,8 @@
 //! The 2.0 surface, frozen (cargo feature `abi-2-0`): the `Model` trait and the root module as
-//! API 2.0 shipped them, before `Model::resources`. A plugin exported through
-//! [`export_plugin_v2_0!`](crate::export_plugin_v2_0) has exactly the vtable and the manifest of
-//! a plugin built against 2.0, although it is built from today's sources. It exists so that a test
+//! API 2.0 shipped them, and 2.0's export glue, whose `stats` carries no resources (2.1 adds
+//! them to `ModelStats::details_json`). A plugin exported through
+//! [`export_plugin_v2_0!`](crate::export_plugin_v2_0) has the vtable, the stats and the manifest
+//! of a plugin built against 2.0, although it is built from today's sources. It exists so that a test
 //! can prove that the host still loads and serves such plugins; new plugins use
 //! [`crate::export_plugin!`].
 //!

@@ -9,8 +9,9 @@ use std::fmt;
 /// 2.0: per-token log probabilities (`Request::logprobs`, `Event::Token::logprobs`), model
 /// options (`Request::model_options`) and the config directory (`HostServices::config_dir`).
 ///
-/// 2.1: `Model::resources` (`ModelResources`: KV capacity and use, resident and waiting adapters)
-/// for the inference-gateway metrics; a 2.0 plugin reports none, and the host falls back.
+/// 2.1: `PluginModel::resources` (`ModelResources`: KV capacity and use, resident and waiting
+/// adapters) for the inference-gateway metrics, carried in `ModelStats::details_json` under
+/// `RESOURCES_KEY` with no layout change; a 2.0 plugin reports none, and the host falls back.
 pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 1 };
 
 #[repr(C)]

@@ -272,18 +272,13 @@ impl PluginModel for EchoModel {
     }
 
     fn resources(&self) -> ModelResources {
-        let adapters: Vec<RString> = self
-            .settings
-            .adapters
-            .iter()
-            .map(|a| RString::from(a.as_str()))
-            .collect();
+        let adapters = self.settings.adapters.clone();
         ModelResources {
             kv_capacity_tokens: u64::from(self.settings.slots) * self.settings.kv_tokens_per_slot,
             kv_used_tokens: self.shared.kv_used.load(Ordering::Relaxed),
             max_adapters: adapters.len() as u32,
-            resident_adapters: adapters.into(),
-            waiting_adapters: Vec::new().into(),
+            resident_adapters: adapters,
+            waiting_adapters: Vec::new(),
         }
     }
 

@@ -73,3 +73,38 @@ impl ModelStats {
         self.details_json = serde_json::Value::Object(details).to_string().into();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_ride_in_the_details_beside_the_plugins_own_keys() {
+        let resources = ModelResources {
+            kv_capacity_tokens: 64,
+            kv_used_tokens: 9,
+            max_adapters: 2,
+            resident_adapters: vec!["speech".into(), "vision".into()],
+            waiting_adapters: Vec::new(),
+        };
+        // What a 2.0 plugin sends: its own details, no resources.
+        let mut stats = ModelStats {
+            details_json: r#"{"slots":[null]}"#.into(),
+            ..ModelStats::default()
+        };
+        assert_eq!(stats.resources(), None);
+        stats.attach_resources(&resources);
+        assert_eq!(stats.resources(), Some(resources.clone()));
+        let details: serde_json::Value = serde_json::from_str(&stats.details_json).unwrap();
+        assert_eq!(details["slots"], serde_json::json!([null]));
+        // Empty or non-object details become an object with the resources alone.
+        for odd in ["", "[1]", "not json"] {
+            let mut stats = ModelStats {
+                details_json: odd.into(),
+                ..ModelStats::default()
+            };
+            stats.attach_resources(&resources);
+            assert_eq!(stats.resources(), Some(resources.clone()), "{odd}");
+        }
+    }
+}

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_plugin_api::{
     abi_stable::std_types::{ROption, RString},
     AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox, HostServices, Modality, ModelKindInfo,
-    ModelStats, Part, PluginError, PluginManifest, PluginModel, Request, SettingsText,
-    TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+    ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request,
+    SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 use crate::backend;
@@ -27,6 +27,9 @@ use crate::scheduler::{
 use frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 pub const KIND: &str = "phi4mm";
+
+/// The checkpoint's LoRA adapters, loaded with the base weights (`docs/phi4mm-model.md` §5).
+const RESIDENT_ADAPTERS: [&str; 2] = ["speech", "vision"];
 
 pub fn plugin_manifest() -> PluginManifest {
     PluginManifest {
@@ -469,6 +472,21 @@ impl PluginModel for Phi4mmModel {
                 })
                 .to_string(),
             ),
+        }
+    }
+
+    /// Every row's KV cache holds up to the backend's context, so the capacity is slots × context
+    /// positions. Both LoRA adapters are part of the checkpoint and always loaded (a row picks
+    /// one per request), so they are resident and nothing ever waits for one.
+    fn resources(&self) -> ModelResources {
+        let s = self.scheduler.stats();
+        let resident: Vec<String> = RESIDENT_ADAPTERS.iter().map(|&a| a.into()).collect();
+        ModelResources {
+            kv_capacity_tokens: (self.settings.slots * self.media.context()) as u64,
+            kv_used_tokens: s.kv_positions as u64,
+            max_adapters: resident.len() as u32,
+            resident_adapters: resident,
+            waiting_adapters: Vec::new(),
         }
     }
 

@@ -32,6 +32,11 @@ impl MediaStage {
         }
     }
 
+    /// Longest prompt + new tokens one row holds: its KV cache's capacity in positions.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
     /// The prepare function of a job for `input`.
     pub fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn {
         let stage = self.clone();

@@ -48,7 +48,7 @@ fn check(
     if st.draining {
         return Err(Refusal::Unavailable("the model is draining".into()));
     }
-    if st.waiting.contains_key(&id) || st.slots.iter().flatten().any(|(r, _, _)| *r == id) {
+    if st.waiting.contains_key(&id) || st.slots.iter().flatten().any(|s| s.id == id) {
         return Err(Refusal::Invalid(format!(
             "request id {id} is already admitted"
         )));

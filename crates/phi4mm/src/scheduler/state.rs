@@ -9,6 +9,17 @@ use crate::adapter::{AdapterMode, AudioBranch};
 use super::config::SchedulerConfig;
 use super::job::{PrepareFn, Ready};
 
+/// What the stats see of an occupied slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotView {
+    pub id: u64,
+    pub adapter: AdapterMode,
+    pub audio_branch: Option<AudioBranch>,
+    /// Positions in the row's KV cache: the prompt tokens prefilled so far, then one per
+    /// generated token already fed back (the token just sampled is not in the cache yet).
+    pub kv_positions: usize,
+}
+
 /// One admitted job that has no slot yet.
 pub(crate) struct Admitted {
     /// Unique per admission: a job cancelled and then submitted again under the same request id
@@ -31,7 +42,7 @@ pub(crate) struct State {
     pub next_admission: u64,
     pub ready: VecDeque<Ready>,
     /// Slot occupancy as the driver last published it.
-    pub slots: Vec<Option<(u64, AdapterMode, Option<AudioBranch>)>>,
+    pub slots: Vec<Option<SlotView>>,
     /// Running rows to drop at the next step boundary.
     pub cancel_running: HashSet<u64>,
     pub draining: bool,

@@ -112,6 +112,7 @@ fn assert_idle(s: &SchedulerStats, slots: usize) {
             free_slots: slots,
             rows_per_adapter: [0, 0, 0],
             rows_per_audio_branch: [0, 0],
+            kv_positions: 0,
             slots: vec![None; slots],
             // The step counts only grow; what an idle scheduler must not hold is any row.
             steps_by_rows: s.steps_by_rows.clone(),
@@ -439,4 +440,42 @@ fn a_job_cancelled_while_preparing_leaves_a_resubmitted_id_alone() {
         );
         assert_idle(&h.wait_stats("idle", |s| s.running == 0), 1);
     }
+}
+
+/// The KV positions in the stats (the plugin's `vllm:kv_cache_usage_perc`) follow the rows:
+/// frozen inside token `n`, the stats are those published after token `n - 1`'s step, when the
+/// cache held the prompt plus the `n - 2` tokens fed back since; an idle scheduler holds none.
+#[test]
+fn kv_positions_follow_the_rows_and_their_tokens() {
+    let mut h = Harness::new(2, 0);
+    let frozen_at = |h: &mut Harness, id: u64, n: usize| {
+        let (go, gate) = gate();
+        let mut sink = h.sink(id);
+        sink.pause_at = Some((n, gate));
+        h.submit(id, "text_base", 8, sink).unwrap();
+        // Tokens 1..n are reported before the sink freezes in token n.
+        let seen = std::cell::Cell::new(0);
+        h.wait("the frozen token", |e| {
+            if matches!(e, Ev::Token(i, _) if *i == id) {
+                seen.set(seen.get() + 1);
+            }
+            seen.get() == n
+        });
+        go
+    };
+    let done = |h: &mut Harness, id: u64| {
+        h.wait("the end", |e| matches!(e, Ev::Done(i, _) if *i == id));
+    };
+    let prompt = pinned_case_input("text_base").input_ids.len();
+    let go = frozen_at(&mut h, 1, 3);
+    assert_eq!(h.sched.stats().kv_positions, prompt + 1);
+    go.send(()).unwrap();
+    done(&mut h, 1);
+    assert_eq!(h.wait_stats("idle", |s| s.running == 0).kv_positions, 0);
+
+    let go = frozen_at(&mut h, 2, 6);
+    assert_eq!(h.sched.stats().kv_positions, prompt + 4);
+    go.send(()).unwrap();
+    done(&mut h, 2);
+    assert_idle(&h.wait_stats("idle", |s| s.running == 0), 2);
 }

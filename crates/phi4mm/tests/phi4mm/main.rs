@@ -8,6 +8,7 @@ mod model_support;
 mod scheduler_support;
 
 mod model_batch;
+mod kernel_paths;
 mod model_cases;
 mod model_checkpoint;
 mod model_real_checkpoint;

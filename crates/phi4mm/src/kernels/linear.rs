@@ -365,8 +365,12 @@ mod tests {
                 );
                 continue;
             }
-            for n in [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024, 3072, 3075] {
-                let w: Vec<u16> = (0..n).map(|_| (lcg(&mut seed).to_bits() >> 16) as u16).collect();
+            for n in [
+                1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024, 3072, 3075,
+            ] {
+                let w: Vec<u16> = (0..n)
+                    .map(|_| (lcg(&mut seed).to_bits() >> 16) as u16)
+                    .collect();
                 for rows in 1..=GEMV_MAX_ROWS {
                     let x: Vec<f32> = (0..rows * n).map(|_| lcg(&mut seed)).collect();
                     let mut want = [0f32; GEMV_MAX_ROWS];
@@ -401,7 +405,9 @@ mod tests {
         }
         let mut seed = 5u64;
         for n in [7, 16, 33, 1024] {
-            let w: Vec<u16> = (0..5 * n).map(|_| (lcg(&mut seed).to_bits() >> 16) as u16).collect();
+            let w: Vec<u16> = (0..5 * n)
+                .map(|_| (lcg(&mut seed).to_bits() >> 16) as u16)
+                .collect();
             for rows in 2..=GEMV_MAX_ROWS {
                 let x: Vec<f32> = (0..rows * n).map(|_| lcg(&mut seed)).collect();
                 let (mut a0, mut a1) = ([0f32; GEMV_MAX_ROWS], [0f32; GEMV_MAX_ROWS]);
@@ -418,7 +424,13 @@ mod tests {
                     ));
                     for (k, got) in [(o, &a0), (o + 1, &a1)] {
                         let mut want = [0f32; GEMV_MAX_ROWS];
-                        dot_rows_bf16(KernelPath::Scalar, &w[k * n..(k + 1) * n], &x, rows, &mut want);
+                        dot_rows_bf16(
+                            KernelPath::Scalar,
+                            &w[k * n..(k + 1) * n],
+                            &x,
+                            rows,
+                            &mut want,
+                        );
                         for r in 0..rows {
                             assert!(
                                 (got[r] - want[r]).abs() <= 1e-6 * n as f32,
@@ -447,7 +459,11 @@ mod tests {
             out_dim,
             in_dim,
         };
-        for dst in [vec![3usize], vec![5, 0, 2], (0..12).rev().collect::<Vec<_>>()] {
+        for dst in [
+            vec![3usize],
+            vec![5, 0, 2],
+            (0..12).rev().collect::<Vec<_>>(),
+        ] {
             let x: Vec<f32> = (0..dst.len() * in_dim).map(|_| lcg(&mut seed)).collect();
             let y0: Vec<f32> = (0..12 * out_dim).map(|_| lcg(&mut seed)).collect();
             let mut y = y0.clone();

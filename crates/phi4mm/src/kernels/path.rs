@@ -130,7 +130,10 @@ fn from_env() -> KernelPath {
             Ok(None) => best,
             Ok(Some(p)) if p.supported() => p,
             Ok(Some(p)) => {
-                eprintln!("warning: {ENV_VAR}={v}: {}; using {best}", Unsupported(p, best));
+                eprintln!(
+                    "warning: {ENV_VAR}={v}: {}; using {best}",
+                    Unsupported(p, best)
+                );
                 best
             }
             Err(e) => {

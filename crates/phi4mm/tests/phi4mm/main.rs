@@ -7,8 +7,8 @@ mod iree_support;
 mod model_support;
 mod scheduler_support;
 
-mod model_batch;
 mod kernel_paths;
+mod model_batch;
 mod model_cases;
 mod model_checkpoint;
 mod model_real_checkpoint;

@@ -115,25 +115,25 @@ unsafe fn dot2_rows_n<const R: usize>(
         let mut k = 0;
         while k + 16 <= n {
             let (v0, v1) = (widen16(p0.add(k), !0), widen16(p1.add(k), !0));
-            for r in 0..R {
+            for (r, (ar, br)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
                 let xv = _mm512_loadu_ps(xp.add(r * n + k));
-                a[r] = _mm512_fmadd_ps(v0, xv, a[r]);
-                b[r] = _mm512_fmadd_ps(v1, xv, b[r]);
+                *ar = _mm512_fmadd_ps(v0, xv, *ar);
+                *br = _mm512_fmadd_ps(v1, xv, *br);
             }
             k += 16;
         }
         if k < n {
             let m: __mmask16 = (1u32 << (n - k)) as u16 - 1;
             let (v0, v1) = (widen16(p0.add(k), m), widen16(p1.add(k), m));
-            for r in 0..R {
+            for (r, (ar, br)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
                 let xv = _mm512_maskz_loadu_ps(m, xp.add(r * n + k));
-                a[r] = _mm512_fmadd_ps(v0, xv, a[r]);
-                b[r] = _mm512_fmadd_ps(v1, xv, b[r]);
+                *ar = _mm512_fmadd_ps(v0, xv, *ar);
+                *br = _mm512_fmadd_ps(v1, xv, *br);
             }
         }
-        for r in 0..R {
-            acc0[r] = _mm512_reduce_add_ps(a[r]);
-            acc1[r] = _mm512_reduce_add_ps(b[r]);
+        for (((o0, o1), ar), br) in acc0.iter_mut().zip(acc1.iter_mut()).zip(&a).zip(&b) {
+            *o0 = _mm512_reduce_add_ps(*ar);
+            *o1 = _mm512_reduce_add_ps(*br);
         }
     }
 }

@@ -377,14 +377,12 @@ mod tests {
                     let mut got = [f32::NAN; GEMV_MAX_ROWS];
                     dot_rows_bf16(KernelPath::Scalar, &w, &x, rows, &mut want);
                     dot_rows_bf16(path, &w, &x, rows, &mut got);
-                    for r in 0..rows {
+                    for (r, (g, e)) in got[..rows].iter().zip(&want).enumerate() {
                         // Summation order differs: f32 rounding of a length-n sum of |terms| ≤ 1.
                         let tol = 1e-6 * n as f32;
                         assert!(
-                            (got[r] - want[r]).abs() <= tol,
-                            "{path} n={n} rows={rows} row {r}: {} vs scalar {}",
-                            got[r],
-                            want[r]
+                            (g - e).abs() <= tol,
+                            "{path} n={n} rows={rows} row {r}: {g} vs scalar {e}"
                         );
                     }
                 }
@@ -431,12 +429,10 @@ mod tests {
                             rows,
                             &mut want,
                         );
-                        for r in 0..rows {
+                        for (r, (g, e)) in got[..rows].iter().zip(&want).enumerate() {
                             assert!(
-                                (got[r] - want[r]).abs() <= 1e-6 * n as f32,
-                                "n={n} rows={rows} out {k} row {r}: {} vs {}",
-                                got[r],
-                                want[r]
+                                (g - e).abs() <= 1e-6 * n as f32,
+                                "n={n} rows={rows} out {k} row {r}: {g} vs {e}"
                             );
                         }
                     }

@@ -3,6 +3,7 @@
 mod batch;
 mod bench;
 mod bench_batch;
+mod bench_checkpoint;
 mod cache;
 mod generate;
 
@@ -37,7 +38,7 @@ enum Command {
     /// Run every request of a JSON file concurrently through the scheduler; one JSON line each.
     Batch(batch::BatchArgs),
     /// Write a random bf16 checkpoint with the benchmark config.
-    BenchCheckpoint(bench::BenchCheckpointArgs),
+    BenchCheckpoint(bench_checkpoint::BenchCheckpointArgs),
     /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
     Bench(bench::BenchArgs),
     /// Benchmark batched decoding (batch 1, 8, mixed adapters), host and/or IREE backend.
@@ -54,7 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Batch(args) => batch::run(args),
-        Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
+        Command::BenchCheckpoint(args) => bench_checkpoint::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
         Command::BenchBatch(args) => bench_batch::run(args),
         Command::Cache(args) => cache::run(args),

@@ -400,3 +400,44 @@ fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio
         sample_rate: rate,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The direct 16-bit read equals hound's per-sample reader (mono and 3 channels, with a
+    /// chunk after the data that must not be read as samples).
+    #[test]
+    fn pcm16_fast_path_equals_hound() {
+        for channels in [1u16, 3] {
+            let spec = hound::WavSpec {
+                channels,
+                sample_rate: 16000,
+                bits_per_sample: 16,
+                sample_format: hound::SampleFormat::Int,
+            };
+            let mut cursor = Cursor::new(Vec::new());
+            let mut writer = hound::WavWriter::new(&mut cursor, spec).unwrap();
+            for i in 0..3000i32 {
+                writer
+                    .write_sample(((i * 7919) % 65536 - 32768) as i16)
+                    .unwrap();
+            }
+            writer.finalize().unwrap();
+            let mut bytes = cursor.into_inner();
+            bytes.extend_from_slice(b"LIST\x04\x00\x00\x00abcd");
+            let options = AudioOptions::default();
+            let fast = decode_with(&bytes, &options).unwrap();
+            let (reader, _) = open_wav(&bytes, &options).unwrap();
+            assert!(
+                pcm16_data(reader.into_inner(), 3000).is_some(),
+                "fast path taken"
+            );
+            let (reader, frames) = open_wav(&bytes, &options).unwrap();
+            let inv = 1.0 / f64::from(channels);
+            let slow = decode_wav_samples(reader, frames, usize::from(channels), inv).unwrap();
+            assert_eq!(fast, slow, "{channels} channels");
+            assert_eq!(fast.samples.len(), 3000 / usize::from(channels));
+        }
+    }
+}

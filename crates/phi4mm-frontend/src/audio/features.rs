@@ -170,6 +170,41 @@ mod tests {
         assert_eq!(frame_count(13274, 200, 80), 164);
     }
 
+    /// The written-out |S| of `log_mel_16k` is this libm's `hypotf` (what numpy calls), bit for
+    /// bit, over spectrum-like magnitudes from 1e-6 to 1e9.
+    #[test]
+    fn magnitude_formula_is_hypotf() {
+        let mut state = 0x2545_f491u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state
+        };
+        for _ in 0..1_000_000 {
+            let scale = |bits: u32| 10f32.powi((bits % 16) as i32 - 6);
+            let re = (next() as f32 / u32::MAX as f32 - 0.5) * scale(next());
+            let im = (next() as f32 / u32::MAX as f32 - 0.5) * scale(next());
+            let (a, b) = (f64::from(re), f64::from(im));
+            let written = (a * a + b * b).sqrt() as f32;
+            assert_eq!(written.to_bits(), re.hypot(im).to_bits(), "{re:e} {im:e}");
+        }
+    }
+
+    /// Frames split over any number of threads give the same features.
+    #[test]
+    fn features_do_not_depend_on_the_thread_count() {
+        let wave: Vec<f32> = (0..48_000)
+            .map(|i| ((i as f32 * 0.013).sin() * 0.3 + ((i * 7919) % 101) as f32 / 2000.0))
+            .collect();
+        let run = |threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| (log_mel_16k(&wave), log_mel_8k_fillzero(&wave)))
+        };
+        assert_eq!(run(1), run(3));
+    }
+
     #[test]
     fn hamming_is_symmetric_with_054_ends() {
         let w = hamming(400);

@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn features_do_not_depend_on_the_thread_count() {
         let wave: Vec<f32> = (0..48_000)
-            .map(|i| ((i as f32 * 0.013).sin() * 0.3 + ((i * 7919) % 101) as f32 / 2000.0))
+            .map(|i| (i as f32 * 0.013).sin() * 0.3 + ((i * 7919) % 101) as f32 / 2000.0)
             .collect();
         let run = |threads| {
             let pool = rayon::ThreadPoolBuilder::new()

@@ -4,6 +4,7 @@ mod batch;
 mod bench;
 mod bench_batch;
 mod bench_checkpoint;
+mod bench_frontend;
 mod cache;
 mod generate;
 
@@ -43,6 +44,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Benchmark batched decoding (batch 1, 8, mixed adapters), host and/or IREE backend.
     BenchBatch(bench_batch::BenchBatchArgs),
+    /// Benchmark the front end (log-mel from WAV bytes, image crops from PNG bytes and from
+    /// pixels); prints one JSON line of medians.
+    BenchFrontend(bench_frontend::BenchFrontendArgs),
     /// Inspect and clean the IREE artifact cache: ls, verify, gc.
     Cache(cache::Args),
 }
@@ -58,6 +62,7 @@ fn main() -> std::process::ExitCode {
         Command::BenchCheckpoint(args) => bench_checkpoint::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
         Command::BenchBatch(args) => bench_batch::run(args),
+        Command::BenchFrontend(args) => bench_frontend::run(args),
         Command::Cache(args) => cache::run(args),
     };
     match result {

@@ -727,8 +727,15 @@ mod tests {
         let snapshot = Snapshot {
             instances: vec![
                 gauges("a", "chat,assistant", false, Some(lora)),
-                // The instance a reload replaced: same labels, not shown in `vllm:*`.
-                gauges("a", "chat,assistant", true, None),
+                // The instance a reload replaced (the previous plugin version): same served
+                // labels, not shown in `vllm:*`.
+                InstanceGauges {
+                    labels: InstanceLabels {
+                        plugin_version: "0.9.0".into(),
+                        ..gauges("a", "", true, None).labels
+                    },
+                    ..gauges("a", "chat,assistant", true, None)
+                },
             ],
             ..Snapshot::default()
         };

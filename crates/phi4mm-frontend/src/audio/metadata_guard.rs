@@ -645,7 +645,7 @@ mod tests {
     impl BitWriter {
         fn put(&mut self, value: u32, n: u32) -> &mut Self {
             for i in 0..n {
-                if self.bits % 8 == 0 {
+                if self.bits.is_multiple_of(8) {
                     self.bytes.push(0);
                 }
                 let bit = ((value >> i) & 1) as u8;

@@ -99,6 +99,48 @@ pub fn phi4mm_lib() -> PathBuf {
     )
 }
 
+/// A Python interpreter with the real client packages of `tests/clients/requirements.txt`
+/// (the `openai` package), in the venv `.venv-clients` at the workspace root. The venv is
+/// created or brought up to date on first use (`scripts/test.sh` does the same beforehand),
+/// so a test run needs nothing installed by hand but `python3` with `venv`.
+pub fn client_python() -> PathBuf {
+    static READY: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
+    let root = workspace_root();
+    let venv = root.join(".venv-clients");
+    let python = venv.join("bin/python");
+    if *ready {
+        return python;
+    }
+    let requirements = root.join("tests/clients/requirements.txt");
+    let stamp = venv.join("requirements.installed");
+    let wanted = std::fs::read_to_string(&requirements).expect("tests/clients/requirements.txt");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
+        let run = |cmd: &mut Command| {
+            let out = cmd.output().expect("run python3");
+            assert!(
+                out.status.success(),
+                "{cmd:?} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(Command::new("python3").arg("-m").arg("venv").arg(&venv));
+        run(Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements));
+        std::fs::write(&stamp, &wanted).unwrap();
+    }
+    *ready = true;
+    python
+}
+
 /// A fresh private directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
 
@@ -206,6 +248,46 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends SIGTERM (what Kubernetes sends a pod it stops).
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits up to `within` for the process to exit; its status, or `None` if still running.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if let Some(status) = self.child.as_mut().expect("running").try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// `POST {base}{path}` with a JSON body: (status, body as JSON, or `Null`).
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     pub fn log(&self) -> String {

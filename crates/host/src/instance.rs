@@ -17,7 +17,8 @@ use std::{
     time::{Duration, Instant},
 };
 use switchyard_plugin_api::{
-    Endpoint, Modality, ModelBox, ModelKindInfo, ModelStats, PluginError, Request,
+    ApiVersion, Endpoint, Modality, ModelBox, ModelKindInfo, ModelStats, PluginError, Prompt,
+    Request,
 };
 use tokio::sync::Notify;
 
@@ -41,9 +42,42 @@ impl InstanceLimits {
     }
 }
 
+/// What an instance is asked to serve: a request, and for a completion its raw prompt (the
+/// request's messages are then empty).
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub request: Request,
+    /// `Some` for `/v1/completions`: the plugin's `submit_prompt` (API 2.1) takes it.
+    pub prompt: Option<Prompt>,
+}
+
+impl Submission {
+    /// The endpoint's name in metrics and errors.
+    pub fn endpoint_name(&self) -> &'static str {
+        match self.prompt {
+            Some(_) => COMPLETIONS,
+            None => endpoint_name(self.request.endpoint),
+        }
+    }
+}
+
+impl From<Request> for Submission {
+    fn from(request: Request) -> Self {
+        Self {
+            request,
+            prompt: None,
+        }
+    }
+}
+
+/// The name of `/v1/completions` in metrics and errors. It is no [`Endpoint`]: completions are
+/// routed as text chats, and the plugin takes them through `submit_prompt`.
+pub const COMPLETIONS: &str = "completions";
+
 impl RequestLimits {
     /// Refuses a request over a cap, naming it; fills in the default `max_tokens`.
-    pub fn apply(&self, request: &mut Request) -> Result<(), String> {
+    pub fn apply(&self, submission: &mut Submission) -> Result<(), String> {
+        let request = &mut submission.request;
         match request.sampling.max_tokens {
             ROption::RSome(asked) if asked > self.max_tokens_limit => {
                 return Err(format!(
@@ -74,7 +108,8 @@ impl RequestLimits {
                 switchyard_plugin_api::Part::Text(text) => text.len(),
                 _ => 0,
             })
-            .sum();
+            .sum::<usize>()
+            + submission.prompt.as_ref().map_or(0, Prompt::weight_bytes);
         if text_bytes > self.max_prompt_bytes {
             return Err(format!(
                 "the prompt has {text_bytes} bytes of text, over this model's limit \
@@ -256,14 +291,25 @@ impl Instance {
     /// `max_tokens`). Events arrive on the returned receiver.
     pub fn submit(
         self: &Arc<Self>,
-        mut request: Request,
+        mut submission: Submission,
     ) -> Result<(Admission, EventReceiver), Refusal> {
+        let request = &submission.request;
         let modality = request.modality();
         if !self.kind.accepts(request.endpoint, modality) {
             return Err(Refusal::Unsupported(format!(
                 "model {} does not serve {modality} requests on the {} endpoint",
                 self.name,
-                endpoint_name(request.endpoint)
+                submission.endpoint_name()
+            )));
+        }
+        let api = self.plugin.manifest.api_version;
+        // A plugin API that accepts a 2.1 plugin's calls has `submit_prompt`.
+        if submission.prompt.is_some() && !api.accepts(RAW_PROMPTS) {
+            return Err(Refusal::Unsupported(format!(
+                "model {} does not serve the completions endpoint: its plugin {} was built \
+                 against plugin API {api}, and raw prompts need {RAW_PROMPTS}",
+                self.name,
+                self.plugin_label()
             )));
         }
         if self.state() != InstanceState::Ready {
@@ -273,14 +319,14 @@ impl Instance {
                 self.state()
             )));
         }
-        if let Err(message) = self.limits.request.apply(&mut request) {
+        if let Err(message) = self.limits.request.apply(&mut submission) {
             return Err(Refusal::Failed(PluginError::invalid_request(message)));
         }
         // Admission: reserve a slot first, give it back if over the limit.
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
         let mut admission = Admission {
             instance: self.clone(),
-            request_id: request.id,
+            request_id: submission.request.id,
             finished: true,
         };
         if before >= self.max_in_flight {
@@ -306,7 +352,12 @@ impl Instance {
                 self.name
             )));
         };
-        match model.submit(request, sink) {
+        let Submission { request, prompt } = submission;
+        let submitted = match prompt {
+            None => model.submit(request, sink),
+            Some(prompt) => model.submit_prompt(request, prompt, sink),
+        };
+        match submitted {
             RResult::ROk(()) => {
                 admission.finished = false;
                 Ok((admission, rx))
@@ -378,6 +429,9 @@ impl Instance {
         self.kind.accepts(endpoint, modality)
     }
 }
+
+/// The first plugin API with `submit_prompt`.
+const RAW_PROMPTS: ApiVersion = ApiVersion { major: 2, minor: 1 };
 
 pub fn endpoint_name(endpoint: Endpoint) -> &'static str {
     match endpoint {

@@ -1,4 +1,9 @@
-use crate::{error::PluginError, event::EventSinkBox, request::Request, stats::ModelStats};
+use crate::{
+    error::{ErrorKind, PluginError},
+    event::EventSinkBox,
+    request::{Prompt, Request},
+    stats::ModelStats,
+};
 use abi_stable::{sabi_trait, std_types::RResult};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -27,6 +32,27 @@ pub trait Model: Send + Sync {
     /// Cancels everything still running and stops the instance's threads. Called once, last.
     #[sabi(last_prefix_field)]
     fn shutdown(&self);
+
+    /// API 2.1: admits a completion, `prompt` read raw (no chat template) in place of
+    /// `request.messages`, which are empty; otherwise as [`Model::submit`]. A model from a 2.0
+    /// plugin has no such method, and abi_stable runs this default instead.
+    fn submit_prompt(
+        &self,
+        request: Request,
+        prompt: Prompt,
+        sink: EventSinkBox,
+    ) -> RResult<(), PluginError> {
+        let _ = (request, prompt, sink);
+        RResult::RErr(no_raw_prompts())
+    }
+}
+
+/// The refusal of a model that takes no raw prompts.
+fn no_raw_prompts() -> PluginError {
+    PluginError::new(
+        ErrorKind::Unsupported,
+        "this model takes no raw prompts (/v1/completions); use /v1/chat/completions",
+    )
 }
 
 /// An owned, FFI-safe model instance.
@@ -39,6 +65,17 @@ pub trait PluginModel: Send + Sync + 'static {
         Ok(())
     }
     fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError>;
+    /// A completion's raw prompt (see [`Model::submit_prompt`]); by default refused as
+    /// `Unsupported`.
+    fn submit_prompt(
+        &self,
+        request: Request,
+        prompt: Prompt,
+        sink: EventSinkBox,
+    ) -> Result<(), PluginError> {
+        let _ = (request, prompt, sink);
+        Err(no_raw_prompts())
+    }
     fn cancel(&self, request_id: u64) -> bool;
     fn stats(&self) -> ModelStats;
     fn drain(&self);
@@ -61,6 +98,19 @@ impl<M: PluginModel> Model for Guarded<M> {
         catch_unwind(AssertUnwindSafe(|| self.0.submit(request, sink)))
             .unwrap_or_else(|p| Err(PluginError::from_panic("submit", p)))
             .into()
+    }
+
+    fn submit_prompt(
+        &self,
+        request: Request,
+        prompt: Prompt,
+        sink: EventSinkBox,
+    ) -> RResult<(), PluginError> {
+        catch_unwind(AssertUnwindSafe(|| {
+            self.0.submit_prompt(request, prompt, sink)
+        }))
+        .unwrap_or_else(|p| Err(PluginError::from_panic("submit_prompt", p)))
+        .into()
     }
 
     fn cancel(&self, request_id: u64) -> bool {

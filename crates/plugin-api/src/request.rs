@@ -77,6 +77,31 @@ impl Default for SamplingParams {
     }
 }
 
+/// The prompt of a completion (`/v1/completions`, API 2.1), handed to
+/// [`crate::PluginModel::submit_prompt`] beside a [`Request`] whose `messages` are empty: the
+/// model reads it raw, with no chat template.
+#[repr(C, u8)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub enum Prompt {
+    /// Text from the client. It is untrusted: a model must tokenize it so that it yields no
+    /// reserved token (a special token's spelling stays text) and refuse what still does.
+    Text(RString),
+    /// Token ids of the model's vocabulary. The model checks each one against its vocabulary
+    /// and refuses ids it cannot take without more input (a media placeholder, say).
+    Tokens(RVec<u32>),
+}
+
+impl Prompt {
+    /// What the prompt weighs against `max_prompt_bytes`: its text's bytes, or 4 bytes per id
+    /// (the size of an id, and about a token's text in a large vocabulary).
+    pub fn weight_bytes(&self) -> usize {
+        match self {
+            Self::Text(text) => text.len(),
+            Self::Tokens(ids) => ids.len().saturating_mul(4),
+        }
+    }
+}
+
 /// One request handed to a model instance.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]

@@ -8,7 +8,10 @@ use std::fmt;
 ///
 /// 2.0: per-token log probabilities (`Request::logprobs`, `Event::Token::logprobs`), model
 /// options (`Request::model_options`) and the config directory (`HostServices::config_dir`).
-pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 0 };
+///
+/// 2.1: raw prompts for `/v1/completions` (`Model::submit_prompt` with a `Prompt`, appended
+/// after the last prefix method; a 2.0 plugin's model answers it `Unsupported`).
+pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 1 };
 
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

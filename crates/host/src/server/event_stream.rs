@@ -128,9 +128,9 @@ struct Deadline {
 }
 
 impl EventStream {
-    /// Submits `request` (a chat's [`Request`] or a completion's [`Submission`]) to
-    /// `instance`. `model` is the name the client asked for, and `started` when the request
-    /// arrived; both go into the request's record.
+    /// Submits `request` (a chat's [`switchyard_plugin_api::Request`] or a completion's
+    /// [`Submission`]) to `instance`. `model` is the name the client asked for, and `started`
+    /// when the request arrived; both go into the request's record.
     pub fn open(
         instance: &Arc<Instance>,
         request: impl Into<Submission>,

@@ -469,4 +469,35 @@ mod tests {
         let err = parse(&format!(r#"{base},"model_options":"speech"}}"#)).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("model_options"));
     }
+
+    fn completion(json: &str) -> Result<Submission, ApiError> {
+        serde_json::from_str::<CompletionRequest>(json)
+            .unwrap()
+            .to_plugin(9)
+    }
+
+    #[test]
+    fn completion_prompts_are_one_string_or_one_id_list() {
+        let text = completion(r#"{"model":"m","prompt":"hi","max_tokens":3,"stop":"x"}"#).unwrap();
+        assert_eq!(text.prompt, Some(Prompt::Text("hi".into())));
+        assert!(text.request.messages.is_empty());
+        assert_eq!(text.request.sampling.max_tokens, ROption::RSome(3));
+        assert_eq!(text.request.stop.len(), 1);
+        assert_eq!(text.endpoint_name(), "completions");
+        let ids = completion(r#"{"model":"m","prompt":[1,2,3],"logprobs":2}"#).unwrap();
+        assert_eq!(ids.prompt, Some(Prompt::Tokens(vec![1u32, 2, 3].into())));
+        assert_eq!(ids.request.logprobs, ROption::RSome(2));
+        for (body, param) in [
+            (r#"{"model":"m","prompt":["a","b"]}"#, "prompt"),
+            (r#"{"model":"m","prompt":[[1],[2]]}"#, "prompt"),
+            (r#"{"model":"m","prompt":[]}"#, "prompt"),
+            (r#"{"model":"m","prompt":"a","echo":true}"#, "echo"),
+            (r#"{"model":"m","prompt":"a","logprobs":21}"#, "logprobs"),
+            (r#"{"model":"m","prompt":"a","n":2}"#, "n"),
+            (r#"{"model":"m","prompt":"a","top_p":0}"#, "top_p"),
+        ] {
+            let err = completion(body).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(param), "{body}");
+        }
+    }
 }

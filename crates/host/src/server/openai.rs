@@ -41,15 +41,14 @@ pub struct CompletionRequest {
     pub suffix: Option<String>,
 }
 
-/// A completion's `prompt`: every shape OpenAI accepts, so that a batch is refused by name
-/// rather than by a parse error.
+/// A completion's `prompt`: one string, one array of token ids, or any other array (OpenAI's
+/// batches of strings or of id arrays), which is refused by name rather than by a parse error.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum PromptField {
     Text(String),
     Tokens(Vec<u32>),
-    Texts(Vec<String>),
-    TokenLists(Vec<Vec<u32>>),
+    Batch(Vec<serde_json::Value>),
 }
 
 /// What chat and completions requests share: streaming, sampling, stops and model options,
@@ -305,11 +304,14 @@ impl CompletionRequest {
                 return Err(ApiError::invalid_param("prompt", "the prompt is empty"))
             }
             PromptField::Tokens(ids) => Prompt::Tokens(ids.clone().into()),
-            PromptField::Texts(_) | PromptField::TokenLists(_) => {
+            PromptField::Batch(prompts) => {
                 return Err(ApiError::invalid_param(
                     "prompt",
-                    "a batch of prompts is not supported: send one prompt (a string or an \
-                     array of token ids) per request",
+                    format!(
+                        "a batch of {} prompts is not supported: send one prompt (a string or \
+                         an array of token ids) per request",
+                        prompts.len()
+                    ),
                 ))
             }
         };

@@ -131,7 +131,7 @@ fn abi_cost() -> (Duration, Duration) {
     let t = Instant::now();
     for _ in 0..n {
         let (mut admission, mut events) = instance
-            .submit(request.clone())
+            .submit(request.clone().into())
             .map_err(|r| format!("{r:?}"))
             .unwrap();
         let mut count = 0;

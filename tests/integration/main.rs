@@ -2,6 +2,8 @@
 //! real HTTP over loopback.
 
 mod cli;
+mod completions;
+mod deploy_manifests;
 mod hardening;
 mod http_api;
 mod metrics_protocol;
@@ -11,3 +13,4 @@ mod reload_failures;
 mod reload_triggers;
 mod reload_under_load;
 mod routing;
+mod termination;

@@ -226,6 +226,46 @@ impl Server {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Sends SIGTERM (what Kubernetes sends a pod it stops).
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits up to `within` for the process to exit; its status, or `None` if still running.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if let Some(status) = self.child.as_mut().expect("running").try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// `POST {base}{path}` with a JSON body: (status, body as JSON, or `Null`).
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
     pub fn log(&self) -> String {
         let mut s = String::new();
         if let Ok(mut f) = std::fs::File::open(self.dir.path().join("server.log")) {

@@ -19,7 +19,8 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 use switchyard_plugin_api::{
-    Endpoint, Modality, ModelBox, ModelKindInfo, ModelResources, ModelStats, PluginError, Request,
+    ApiVersion, Endpoint, Modality, ModelBox, ModelKindInfo, ModelResources, ModelStats,
+    PluginError, Prompt, Request,
 };
 use tokio::sync::Notify;
 
@@ -43,9 +44,42 @@ impl InstanceLimits {
     }
 }
 
+/// What an instance is asked to serve: a request, and for a completion its raw prompt (the
+/// request's messages are then empty).
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub request: Request,
+    /// `Some` for `/v1/completions`: the plugin's `submit_prompt` (API 2.1) takes it.
+    pub prompt: Option<Prompt>,
+}
+
+impl Submission {
+    /// The endpoint's name in metrics and errors.
+    pub fn endpoint_name(&self) -> &'static str {
+        match self.prompt {
+            Some(_) => COMPLETIONS,
+            None => endpoint_name(self.request.endpoint),
+        }
+    }
+}
+
+impl From<Request> for Submission {
+    fn from(request: Request) -> Self {
+        Self {
+            request,
+            prompt: None,
+        }
+    }
+}
+
+/// The name of `/v1/completions` in metrics and errors. It is no [`Endpoint`]: completions are
+/// routed as text chats, and the plugin takes them through `submit_prompt`.
+pub const COMPLETIONS: &str = "completions";
+
 impl RequestLimits {
     /// Refuses a request over a cap, naming it; fills in the default `max_tokens`.
-    pub fn apply(&self, request: &mut Request) -> Result<(), String> {
+    pub fn apply(&self, submission: &mut Submission) -> Result<(), String> {
+        let request = &mut submission.request;
         match request.sampling.max_tokens {
             ROption::RSome(asked) if asked > self.max_tokens_limit => {
                 return Err(format!(
@@ -76,7 +110,8 @@ impl RequestLimits {
                 switchyard_plugin_api::Part::Text(text) => text.len(),
                 _ => 0,
             })
-            .sum();
+            .sum::<usize>()
+            + submission.prompt.as_ref().map_or(0, Prompt::weight_bytes);
         if text_bytes > self.max_prompt_bytes {
             return Err(format!(
                 "the prompt has {text_bytes} bytes of text, over this model's limit \
@@ -280,14 +315,25 @@ impl Instance {
     /// `max_tokens`). Events arrive on the returned receiver.
     pub fn submit(
         self: &Arc<Self>,
-        mut request: Request,
+        mut submission: Submission,
     ) -> Result<(Admission, EventReceiver), Refusal> {
+        let request = &submission.request;
         let modality = request.modality();
         if !self.kind.accepts(request.endpoint, modality) {
             return Err(Refusal::Unsupported(format!(
                 "model {} does not serve {modality} requests on the {} endpoint",
                 self.name,
-                endpoint_name(request.endpoint)
+                submission.endpoint_name()
+            )));
+        }
+        let api = self.plugin.manifest.api_version;
+        // A 2.0 plugin's export glue does not look for a prompt in the request.
+        if submission.prompt.is_some() && !api.accepts(RAW_PROMPTS) {
+            return Err(Refusal::Unsupported(format!(
+                "model {} does not serve the completions endpoint: its plugin {} was built \
+                 against plugin API {api}, and raw prompts need {RAW_PROMPTS}",
+                self.name,
+                self.plugin_label()
             )));
         }
         if self.state() != InstanceState::Ready {
@@ -297,9 +343,16 @@ impl Instance {
                 self.state()
             )));
         }
-        if let Err(message) = self.limits.request.apply(&mut request) {
+        if let Err(message) = self.limits.request.apply(&mut submission) {
             return Err(Refusal::Failed(PluginError::invalid_request(message)));
         }
+        let Submission { request, prompt } = submission;
+        let request = match &prompt {
+            None => request,
+            Some(prompt) => request
+                .with_prompt(prompt)
+                .map_err(|message| Refusal::Failed(PluginError::invalid_request(message)))?,
+        };
         // Admission: reserve a slot first, give it back if over the limit.
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
         let mut admission = Admission {
@@ -434,6 +487,9 @@ impl Instance {
         self.kind.accepts(endpoint, modality)
     }
 }
+
+/// The first plugin API whose export glue hands a prompt to `PluginModel::submit_prompt`.
+const RAW_PROMPTS: ApiVersion = ApiVersion { major: 2, minor: 1 };
 
 pub fn endpoint_name(endpoint: Endpoint) -> &'static str {
     match endpoint {

@@ -15,7 +15,7 @@ use std::{
     collections::VecDeque,
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
     time::Duration,
@@ -36,6 +36,9 @@ pub struct Runtime {
     config_path: Option<PathBuf>,
     /// Bounds the CPU work of request parsing on the blocking pool (see [`Self::off_the_runtime`]).
     heavy_work: tokio::sync::Semaphore,
+    /// Set once, by [`Self::shutdown`]: `/ready` answers 503, new requests and reloads are
+    /// refused, and what is in flight finishes.
+    terminating: AtomicBool,
 }
 
 const RETIRED_HISTORY: usize = 64;
@@ -56,6 +59,7 @@ impl Runtime {
             metrics: Metrics::new(),
             cache_dir,
             config_path,
+            terminating: AtomicBool::new(false),
             heavy_work: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             ),
@@ -176,12 +180,25 @@ impl Runtime {
         }
     }
 
-    /// Drains every instance of the current deployment (process shutdown).
+    /// Whether the process is shutting down (see [`Self::shutdown`]).
+    pub fn is_terminating(&self) -> bool {
+        self.terminating.load(Ordering::Acquire)
+    }
+
+    /// Drains every instance of the current deployment (process shutdown): from the first
+    /// moment, `/ready` answers 503 and new requests and reloads are refused; the requests in
+    /// flight get until `deadline` to finish.
     pub async fn shutdown(&self, deadline: Duration) {
+        self.terminating.store(true, Ordering::Release);
+        let until = tokio::time::Instant::now() + deadline;
+        // A reload that is past its check swaps first; the deadline bounds the wait for it.
+        let turn = tokio::time::timeout_at(until, self.reload_turn()).await;
         let deployment = self.current();
         let all: Vec<_> = deployment.instances().cloned().collect();
-        let waits = all.into_iter().map(|i| i.drain_and_stop(deadline));
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let waits = all.into_iter().map(|i| i.drain_and_stop(left));
         futures_util::future::join_all(waits).await;
+        drop(turn);
         let _ = std::fs::remove_dir_all(self.registry.shadow_dir());
     }
 }

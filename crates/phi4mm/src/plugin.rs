@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_plugin_api::{
     abi_stable::std_types::{ROption, RString},
     AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox, HostServices, Modality, ModelKindInfo,
-    ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request,
-    SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+    ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel,
+    Prompt as RawPrompt, Request, SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 use crate::backend;
@@ -164,44 +164,147 @@ impl Phi4mmModel {
                 Part::Audio { data, .. } => audios.push(data.to_vec()),
             }
         }
-        // An id past the vocabulary has no embedding row; an id inside it that the tokenizer
-        // does not define (the padding rows of the embedding table) was never trained, and no
-        // text can produce it.
-        let config = &self.model.config;
-        let vocab = config.text.vocab_size;
-        for (position, &id) in input_ids.iter().enumerate() {
-            if id as usize >= vocab {
-                return Err(PluginError::invalid_request(format!(
-                    "model_options.input_ids: id {id} at position {position} is outside the \
-                     vocabulary ({vocab})"
-                )));
-            }
-            if self.prompt.tokenizer().id_to_token(id).is_none() {
-                return Err(PluginError::invalid_request(format!(
-                    "model_options.input_ids: id {id} at position {position} is a reserved id \
-                     that the tokenizer does not define"
-                )));
-            }
-        }
-        // The model reads placeholder ids without media as ordinary tokens (as the reference
-        // does); from a client they mean a medium went missing.
-        for (kind, id, media) in [
-            ("image", config.image_token_id, images.len()),
-            ("audio", config.audio_token_id, audios.len()),
-        ] {
-            let placeholders = input_ids.iter().filter(|&&x| x == id).count();
-            if media == 0 && placeholders > 0 {
-                return Err(PluginError::invalid_request(format!(
-                    "model_options.input_ids: {placeholders} {kind} placeholder id(s) ({id}) but \
-                     no {kind} part in the messages"
-                )));
-            }
-        }
+        self.check_ids("model_options.input_ids", input_ids, &images, &audios)?;
         Ok(PromptSource::Ids {
             input_ids: input_ids.clone(),
             images,
             audios,
         })
+    }
+
+    /// Refuses ids a client may not send: an id past the vocabulary has no embedding row; an
+    /// id inside it that the tokenizer does not define (the padding rows of the embedding
+    /// table) was never trained, and no text can produce it; and a media placeholder without a
+    /// medium to bind, which the model would read as an ordinary token (as the reference
+    /// does), means that a medium went missing. `what` names the ids in the error.
+    fn check_ids(
+        &self,
+        what: &str,
+        ids: &[u32],
+        images: &[Vec<u8>],
+        audios: &[Vec<u8>],
+    ) -> Result<(), PluginError> {
+        let config = &self.model.config;
+        let vocab = config.text.vocab_size;
+        for (position, &id) in ids.iter().enumerate() {
+            if id as usize >= vocab {
+                return Err(PluginError::invalid_request(format!(
+                    "{what}: id {id} at position {position} is outside the vocabulary ({vocab})"
+                )));
+            }
+            if self.prompt.tokenizer().id_to_token(id).is_none() {
+                return Err(PluginError::invalid_request(format!(
+                    "{what}: id {id} at position {position} is a reserved id that the \
+                     tokenizer does not define"
+                )));
+            }
+        }
+        for (kind, id, media) in [
+            ("image", config.image_token_id, images.len()),
+            ("audio", config.audio_token_id, audios.len()),
+        ] {
+            let placeholders = ids.iter().filter(|&&x| x == id).count();
+            if media == 0 && placeholders > 0 {
+                return Err(PluginError::invalid_request(format!(
+                    "{what}: {placeholders} {kind} placeholder id(s) ({id}) but the request \
+                     carries no {kind}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A completion's raw prompt as ids (docs/phi4mm.md, "Completions"). Text is tokenized as
+    /// plain text, so a special token's spelling stays text and cannot forge a turn or a
+    /// placeholder. Ids are the developer's path (the chat template's own ids, say): any id of
+    /// the vocabulary but a media placeholder, which would have no medium to bind.
+    fn completion_ids(
+        &self,
+        prompt: RawPrompt,
+        max_new_tokens: usize,
+    ) -> Result<Vec<u32>, PluginError> {
+        let ids = match prompt {
+            RawPrompt::Text(text) => self
+                .prompt
+                .encode_untrusted_text(&text)
+                .map_err(|e| PluginError::invalid_request(format!("prompt: {e}")))?,
+            RawPrompt::Tokens(ids) => ids.to_vec(),
+        };
+        // The media stage checks again; here the refusal comes before admission.
+        let input = PromptInput {
+            input_ids: ids,
+            ..PromptInput::default()
+        };
+        self.model
+            .validate_input(&input, max_new_tokens)
+            .map_err(|e| PluginError::invalid_request(format!("prompt: {e}")))?;
+        self.check_ids("prompt", &input.input_ids, &[], &[])?;
+        Ok(input.input_ids)
+    }
+
+    /// Admits a request whose prompt comes from `source`, with the request's sampling, stops,
+    /// log probabilities and deadline.
+    fn admit(
+        &self,
+        request: &Request,
+        options: RequestOptions,
+        source: PromptSource,
+        sink: EventSinkBox,
+    ) -> Result<(), PluginError> {
+        let media_options = MediaOptions {
+            limits: self.settings.limits.clone(),
+            resample: self.settings.resample,
+        };
+        // Tokenizing and reading the media headers here refuses malformed chats and media at
+        // admission and gives the queue its real charge.
+        let charged = source.charge(&self.model, &self.prompt, &media_options)?;
+        let max_new_tokens = self.max_new_tokens(request);
+        let (model, prompt) = (self.model.clone(), self.prompt.clone());
+        let media = self.media.clone();
+        let prepare = Box::new(move || {
+            let input = source
+                .build(&model, &prompt, &media_options, &options)
+                .map_err(|e| RowError::Invalid(e.to_string()))?;
+            (media.prepare_fn(input, max_new_tokens))()
+        });
+        let s = &request.sampling;
+        let job = Job {
+            id: request.id,
+            prompt_tokens: charged,
+            prepare,
+            generation: GenerationParams {
+                sampling: SamplingConfig {
+                    temperature: s.temperature,
+                    top_k: s.top_k as usize,
+                    top_p: s.top_p,
+                    seed: s.seed.into_option(),
+                },
+                logprobs: request.logprobs.into_option().map(usize::from),
+                max_new_tokens,
+                stop_ids: self.model.config.eos_token_ids.clone(),
+                stop_strings: request.stop.iter().map(|s| s.to_string()).collect(),
+                deadline: deadline_of(request.deadline_unix_ms.into_option()),
+            },
+            sink: Box::new(HostSink {
+                sink,
+                prompt: self.prompt.clone(),
+            }),
+        };
+        self.scheduler.submit(job).map_err(|r| match r {
+            Refusal::Overloaded(m) => PluginError::overloaded(m),
+            Refusal::Unavailable(m) => PluginError::unavailable(m),
+            Refusal::Invalid(m) => PluginError::invalid_request(m),
+        })
+    }
+
+    /// The request's `max_tokens`, or the instance's `default_max_tokens`.
+    fn max_new_tokens(&self, request: &Request) -> usize {
+        request
+            .sampling
+            .max_tokens
+            .into_option()
+            .map(|m| m as usize)
+            .unwrap_or(self.settings.default_max_tokens)
     }
 
     /// The request's chat as prompt messages; a transcription becomes one user turn with its
@@ -314,6 +417,14 @@ impl PromptSource {
     }
 }
 
+/// The request's `model_options`, parsed and checked.
+fn options_of(request: &Request) -> Result<RequestOptions, PluginError> {
+    let options = request
+        .model_options_json()
+        .map_err(PluginError::invalid_request)?;
+    RequestOptions::from_json(options).map_err(|e| PluginError::invalid_request(e.to_string()))
+}
+
 fn deadline_of(unix_ms: Option<u64>) -> Option<Instant> {
     let ms = unix_ms?;
     let now_ms = SystemTime::now()
@@ -384,61 +495,31 @@ impl PluginModel for Phi4mmModel {
                 format!("phi4mm does not serve {modality} on {:?}", request.endpoint),
             ));
         }
-        let options = request
-            .model_options_json()
-            .map_err(PluginError::invalid_request)?;
-        let options = RequestOptions::from_json(options)
-            .map_err(|e| PluginError::invalid_request(e.to_string()))?;
+        let options = options_of(&request)?;
         let source = self.prompt_source(&request, &options)?;
-        let media_options = MediaOptions {
-            limits: self.settings.limits.clone(),
-            resample: self.settings.resample,
+        self.admit(&request, options, source, sink)
+    }
+
+    fn submit_prompt(
+        &self,
+        request: Request,
+        prompt: RawPrompt,
+        sink: EventSinkBox,
+    ) -> Result<(), PluginError> {
+        let options = options_of(&request)?;
+        if options.input_ids.is_some() {
+            return Err(PluginError::invalid_request(
+                "model_options.input_ids: a completion's prompt is its ids already; send them \
+                 as the prompt",
+            ));
+        }
+        let ids = self.completion_ids(prompt, self.max_new_tokens(&request))?;
+        let source = PromptSource::Ids {
+            input_ids: ids,
+            images: Vec::new(),
+            audios: Vec::new(),
         };
-        // Tokenizing and reading the media headers here refuses malformed chats and media at
-        // admission and gives the queue its real charge.
-        let charged = source.charge(&self.model, &self.prompt, &media_options)?;
-        let max_new_tokens = request
-            .sampling
-            .max_tokens
-            .into_option()
-            .map(|m| m as usize)
-            .unwrap_or(self.settings.default_max_tokens);
-        let (model, prompt) = (self.model.clone(), self.prompt.clone());
-        let media = self.media.clone();
-        let prepare = Box::new(move || {
-            let input = source
-                .build(&model, &prompt, &media_options, &options)
-                .map_err(|e| RowError::Invalid(e.to_string()))?;
-            (media.prepare_fn(input, max_new_tokens))()
-        });
-        let s = &request.sampling;
-        let job = Job {
-            id: request.id,
-            prompt_tokens: charged,
-            prepare,
-            generation: GenerationParams {
-                sampling: SamplingConfig {
-                    temperature: s.temperature,
-                    top_k: s.top_k as usize,
-                    top_p: s.top_p,
-                    seed: s.seed.into_option(),
-                },
-                logprobs: request.logprobs.into_option().map(usize::from),
-                max_new_tokens,
-                stop_ids: self.model.config.eos_token_ids.clone(),
-                stop_strings: request.stop.iter().map(|s| s.to_string()).collect(),
-                deadline: deadline_of(request.deadline_unix_ms.into_option()),
-            },
-            sink: Box::new(HostSink {
-                sink,
-                prompt: self.prompt.clone(),
-            }),
-        };
-        self.scheduler.submit(job).map_err(|r| match r {
-            Refusal::Overloaded(m) => PluginError::overloaded(m),
-            Refusal::Unavailable(m) => PluginError::unavailable(m),
-            Refusal::Invalid(m) => PluginError::invalid_request(m),
-        })
+        self.admit(&request, options, source, sink)
     }
 
     fn cancel(&self, request_id: u64) -> bool {

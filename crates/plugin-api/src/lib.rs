@@ -34,7 +34,7 @@ pub use event::{
 pub use export::{guard_create, manifest_json_cstring, PluginMod, PluginModRef, MANIFEST_SYMBOL};
 pub use manifest::{Endpoint, Modality, ModelKindInfo, PluginManifest};
 pub use model::{Model, ModelBox, Model_TO, PluginModel};
-pub use request::{Message, Part, Request, Role, SamplingParams};
+pub use request::{Message, Part, Prompt, Request, Role, SamplingParams};
 pub use services::{HostServices, LogLevel, SettingsFormat, SettingsText};
 pub use stats::{AdapterRows, ModelResources, ModelStats, RESOURCES_KEY};
 pub use version::{ApiVersion, API_VERSION};

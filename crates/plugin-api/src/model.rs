@@ -1,7 +1,7 @@
 use crate::{
-    error::PluginError,
+    error::{ErrorKind, PluginError},
     event::EventSinkBox,
-    request::Request,
+    request::{Prompt, Request},
     stats::{ModelResources, ModelStats},
 };
 use abi_stable::{sabi_trait, std_types::RResult};
@@ -34,6 +34,14 @@ pub trait Model: Send + Sync {
     fn shutdown(&self);
 }
 
+/// The refusal of a model that takes no raw prompts.
+fn no_raw_prompts() -> PluginError {
+    PluginError::new(
+        ErrorKind::Unsupported,
+        "this model takes no raw prompts (/v1/completions); use /v1/chat/completions",
+    )
+}
+
 /// An owned, FFI-safe model instance.
 pub type ModelBox = Model_TO<'static, abi_stable::std_types::RBox<()>>;
 
@@ -44,6 +52,19 @@ pub trait PluginModel: Send + Sync + 'static {
         Ok(())
     }
     fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError>;
+    /// Admits a completion (API 2.1, `/v1/completions`): `prompt` is read raw, with no chat
+    /// template, in place of `request.messages`, which are empty; otherwise as `submit`. The
+    /// export glue calls it for a request that carries a prompt (see [`Prompt`]). By default it
+    /// is refused as `Unsupported`.
+    fn submit_prompt(
+        &self,
+        request: Request,
+        prompt: Prompt,
+        sink: EventSinkBox,
+    ) -> Result<(), PluginError> {
+        let _ = (request, prompt, sink);
+        Err(no_raw_prompts())
+    }
     fn cancel(&self, request_id: u64) -> bool;
     fn stats(&self) -> ModelStats;
     fn drain(&self);
@@ -68,10 +89,14 @@ impl<M: PluginModel> Model for Guarded<M> {
             .into()
     }
 
-    fn submit(&self, request: Request, sink: EventSinkBox) -> RResult<(), PluginError> {
-        catch_unwind(AssertUnwindSafe(|| self.0.submit(request, sink)))
-            .unwrap_or_else(|p| Err(PluginError::from_panic("submit", p)))
-            .into()
+    fn submit(&self, mut request: Request, sink: EventSinkBox) -> RResult<(), PluginError> {
+        catch_unwind(AssertUnwindSafe(|| match request.take_prompt() {
+            Ok(None) => self.0.submit(request, sink),
+            Ok(Some(prompt)) => self.0.submit_prompt(request, prompt, sink),
+            Err(message) => Err(PluginError::invalid_request(message)),
+        }))
+        .unwrap_or_else(|p| Err(PluginError::from_panic("submit", p)))
+        .into()
     }
 
     fn cancel(&self, request_id: u64) -> bool {

@@ -37,4 +37,6 @@ pub enum ReloadError {
     },
     #[error("no config file to reload from")]
     NoSource,
+    #[error("the server is shutting down (SIGTERM); reloads are refused")]
+    ShuttingDown,
 }

@@ -51,6 +51,10 @@ impl Runtime {
     /// Builds a deployment from `config` and swaps it in; see the module docs.
     pub async fn apply(self: &Arc<Self>, config: ValidConfig) -> Result<ReloadReport, ReloadError> {
         let _one_at_a_time = self.reload_turn().await;
+        // A shutdown drains the deployment it finds; nothing may be swapped in after it.
+        if self.is_terminating() {
+            return Err(ReloadError::ShuttingDown);
+        }
         let started = Instant::now();
         let result = self.build_and_swap(config, started).await;
         self.metrics.reload(result.is_ok());
@@ -141,6 +145,10 @@ impl Runtime {
         let mut used: Vec<Arc<LoadedPlugin>> = plugins.into_values().collect();
         used.sort_by(|a, b| a.sha256.cmp(&b.sha256));
         used.dedup_by(|a, b| a.sha256 == b.sha256);
+        if self.is_terminating() {
+            stop_all(created).await;
+            return Err(ReloadError::ShuttingDown);
+        }
         let generation = self.next_generation();
         let drain_deadline = Duration::from_secs_f64(config.server().drain_timeout_secs);
         let previous = self.swap(Deployment {

@@ -33,19 +33,22 @@ fn spawn_sighup_reloader(runtime: Arc<Runtime>) {
     });
 }
 
-/// Watches the config file's directory (editors replace files by rename) and reloads after the
-/// writes settle.
+/// The symlink through which the kubelet publishes a ConfigMap volume: the config file is a
+/// link through it, and an update swaps it by rename, leaving the file's own link untouched.
+const KUBERNETES_DATA_LINK: &str = "..data";
+
+/// Watches the config file's directory (editors replace files by rename, and the kubelet
+/// swaps a ConfigMap's `..data` link) and reloads after the writes settle.
 fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> notify::Result<()> {
     use notify::{RecursiveMode, Watcher};
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let file_name = path.file_name().map(|n| n.to_os_string());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event {
-            if event
-                .paths
-                .iter()
-                .any(|p| p.file_name().map(|n| n.to_os_string()) == file_name)
-            {
+            if event.paths.iter().any(|p| {
+                let name = p.file_name().map(|n| n.to_os_string());
+                name == file_name || name.as_deref() == Some(KUBERNETES_DATA_LINK.as_ref())
+            }) {
                 let _ = tx.send(());
             }
         }

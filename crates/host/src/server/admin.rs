@@ -40,6 +40,7 @@ pub async fn reload(State(runtime): State<Arc<Runtime>>) -> Response {
         Err(e) => {
             let status = match e {
                 crate::reload::ReloadError::NoSource => StatusCode::CONFLICT,
+                crate::reload::ReloadError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
                 crate::reload::ReloadError::Config(_) => StatusCode::BAD_REQUEST,
                 _ => StatusCode::UNPROCESSABLE_ENTITY,
             };

@@ -1,30 +1,26 @@
 //! `POST /v1/chat/completions`, non-streaming and SSE streaming in OpenAI's chunk format.
 
 use super::{
-    admin::is_json,
-    dispatch::dispatch,
     error::ApiError,
-    event_stream::{Answer, EventStream, Step},
+    event_stream::Answer,
+    generation::{admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest},
     logprobs::{self, LogprobsFormat},
     openai::ChatRequest,
     outcome::{Refused, Served},
 };
-use crate::runtime::Runtime;
+use crate::{instance::Submission, runtime::Runtime};
 use axum::{
     body::Bytes,
     extract::{rejection::BytesRejection, State},
     http::HeaderMap,
-    response::sse::{Event as SseEvent, Sse},
     Json,
 };
-use futures_util::{stream, Stream, StreamExt};
 use serde_json::{json, Value};
 use std::{
-    convert::Infallible,
     sync::Arc,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
-use switchyard_plugin_api::{Request, Usage};
+use switchyard_plugin_api::{FinishReason, Request, TokenLogprobs, Usage};
 
 pub async fn chat_completions(
     State(runtime): State<Arc<Runtime>>,
@@ -32,29 +28,11 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Served, Refused> {
     let started = Instant::now();
-    // Only JSON: a browser's cross-site form or text/plain POST cannot reach a model.
-    if !is_json(&headers) {
-        return Err(Refused::unread(ApiError::unsupported_media_type(
-            "application/json",
-        )));
-    }
-    let body = read_bytes(body).map_err(Refused::unread)?;
-    let id = runtime.next_request_id();
-    // Parsing a large body, decoding its media and the plugin's admission (which may tokenize
-    // the prompt and read media headers) are CPU work: they run on the blocking pool, a few at
-    // a time, so that they never stall the async threads that serve `/health` and the streams.
-    let rt = runtime.clone();
-    let (request, events) = runtime
-        .off_the_runtime(move || {
-            let request: ChatRequest = parse_json(&body)?;
-            let events = request.to_plugin(id).and_then(|plugin_request| {
-                dispatch(&rt, &request.model, &headers, plugin_request, started)
-            });
-            Ok((request, events))
-        })
-        .await
-        .map_err(Refused::unread)?;
-    let events = events.map_err(|e| Refused::new(runtime.model_label(&request.model), e))?;
+    let Admitted {
+        request,
+        events,
+        id,
+    } = admit::<ChatRequest>(&runtime, headers, body, started).await?;
     let instance = events.instance().clone();
     let meta = ChunkMeta {
         id: format!("chatcmpl-{id}"),
@@ -63,18 +41,30 @@ pub async fn chat_completions(
     };
     let logprobs = request.logprobs_format();
     let retry_after = runtime.current().config.server().retry_after_secs;
-    if request.stream {
-        let options = StreamOptions {
-            include_usage: request.include_usage(),
-            logprobs,
-        };
-        let body = stream_chat(events, meta, options, retry_after);
+    if request.generation.stream {
+        let include_usage = request.generation.include_usage();
+        let body = stream_answer(
+            events,
+            meta,
+            ChatChunks { logprobs },
+            include_usage,
+            retry_after,
+        );
         return Ok(Served::new(instance, body));
     }
     Ok(match events.answer().await {
-        Ok(answer) => Served::new(instance, Json(meta.completion(&answer, logprobs))),
+        Ok(answer) => Served::new(instance, Json(completion(&meta, &answer, logprobs))),
         Err(failure) => Served::new(instance, failure.to_api_error(retry_after)),
     })
+}
+
+impl JsonRequest for ChatRequest {
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn to_submission(&self, id: u64) -> Result<Submission, ApiError> {
+        self.to_plugin(id).map(Submission::from)
+    }
 }
 
 pub fn read_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -98,74 +88,42 @@ pub fn chat_request_from_json(body: &[u8], id: u64) -> Result<Request, ApiError>
     parse_json::<ChatRequest>(body)?.to_plugin(id)
 }
 
-pub struct ChunkMeta {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
+/// The `chat.completion` body of a finished answer.
+fn completion(meta: &ChunkMeta, answer: &Answer, format: Option<LogprobsFormat>) -> Value {
+    let logprobs =
+        format.map(|f| logprobs::content(answer.logprobs.iter().map(|l| f.entry(l)).collect()));
+    let choice = json!({"index": 0, "message": {"role": "assistant", "content": answer.text},
+                        "logprobs": logprobs, "finish_reason": answer.reason.as_openai()});
+    let mut body = meta.object("chat.completion", vec![choice]);
+    body["usage"] = usage_json(answer.usage);
+    body
 }
 
-/// What a streamed chat sends besides the text.
-struct StreamOptions {
-    include_usage: bool,
+/// `chat.completion.chunk`s: the role first, then content deltas.
+struct ChatChunks {
     logprobs: Option<LogprobsFormat>,
 }
 
-impl ChunkMeta {
-    fn completion(&self, answer: &Answer, format: Option<LogprobsFormat>) -> Value {
-        let logprobs =
-            format.map(|f| logprobs::content(answer.logprobs.iter().map(|l| f.entry(l)).collect()));
-        json!({
-            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
-                         "logprobs": logprobs,
-                         "finish_reason": answer.reason.as_openai()}],
-            "usage": usage_json(answer.usage),
-        })
+impl ChunkFormat for ChatChunks {
+    const OBJECT: &'static str = "chat.completion.chunk";
+
+    fn opening(&self) -> Option<Value> {
+        Some(
+            json!({"index": 0, "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": null}),
+        )
     }
 
-    /// The SSE data one step of the answer sends.
-    fn stream_data(&self, step: Step, options: &StreamOptions, retry_after: u32) -> Vec<String> {
-        let include_usage = options.include_usage;
-        match step {
-            Step::Token { text, logprobs } => {
-                let mut chunk = self.chunk(json!({"content": text.as_str()}), None, include_usage);
-                if let (Some(format), Some(sent)) = (options.logprobs, logprobs) {
-                    chunk["choices"][0]["logprobs"] = logprobs::content(vec![format.entry(&sent)]);
-                }
-                vec![chunk.to_string()]
-            }
-            Step::Finished { reason, usage } => {
-                let mut data = vec![self
-                    .chunk(json!({}), Some(reason.as_openai()), include_usage)
-                    .to_string()];
-                if include_usage {
-                    data.push(self.usage_chunk(usage).to_string());
-                }
-                data.push("[DONE]".into());
-                data
-            }
-            // OpenAI sends an error object mid-stream; no [DONE] follows, so a client can tell
-            // a failed stream from a finished one.
-            Step::Failed(failure) => vec![failure.to_api_error(retry_after).body().to_string()],
+    fn token(&mut self, text: &str, logprobs: Option<&TokenLogprobs>) -> Value {
+        let mut choice = json!({"index": 0, "delta": {"content": text}, "finish_reason": null});
+        if let (Some(format), Some(sent)) = (self.logprobs, logprobs) {
+            choice["logprobs"] = logprobs::content(vec![format.entry(sent)]);
         }
+        choice
     }
 
-    fn chunk(&self, delta: Value, finish: Option<&str>, include_usage: bool) -> Value {
-        let mut chunk = json!({
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        });
-        if include_usage {
-            chunk["usage"] = Value::Null;
-        }
-        chunk
-    }
-
-    fn usage_chunk(&self, usage: Usage) -> Value {
-        json!({
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [], "usage": usage_json(usage),
-        })
+    fn finish(&self, reason: FinishReason) -> Value {
+        json!({"index": 0, "delta": {}, "finish_reason": reason.as_openai()})
     }
 }
 
@@ -179,22 +137,4 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-fn stream_chat(
-    events: EventStream,
-    meta: ChunkMeta,
-    options: StreamOptions,
-    retry_after: u32,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let role = meta.chunk(
-        json!({"role": "assistant", "content": ""}),
-        None,
-        options.include_usage,
-    );
-    let rest = events
-        .into_steps()
-        .flat_map(move |step| stream::iter(meta.stream_data(step, &options, retry_after)));
-    let data = stream::once(async move { role.to_string() }).chain(rest);
-    Sse::new(data.map(|d| Ok(SseEvent::default().data(d))))
 }

@@ -3,11 +3,14 @@
 //! resolve and submit) is resolved again against the new table, so reloads fail no request.
 
 use super::{error::ApiError, event_stream::EventStream};
-use crate::{instance::Refusal, router::RouteError, runtime::Runtime};
+use crate::{
+    instance::{Refusal, Submission},
+    router::RouteError,
+    runtime::Runtime,
+};
 use abi_stable::std_types::ROption;
 use axum::http::HeaderMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use switchyard_plugin_api::Request;
 
 const RESOLVE_ATTEMPTS: usize = 3;
 
@@ -18,9 +21,15 @@ pub fn dispatch(
     runtime: &Runtime,
     model: &str,
     headers: &HeaderMap,
-    mut request: Request,
+    request: impl Into<Submission>,
     started: Instant,
 ) -> Result<EventStream, ApiError> {
+    let mut submission = request.into();
+    if runtime.is_terminating() {
+        return Err(ApiError::unavailable(
+            "the server is shutting down (SIGTERM); send the request to another replica",
+        ));
+    }
     let retry_after = runtime.current().config.server().retry_after_secs;
     // The wall-clock limit from the request's arrival: the plugin gets it as the deadline, and
     // the event stream ends the request there if the plugin does not.
@@ -30,8 +39,8 @@ pub fn dispatch(
     let unix_ms = unix_deadline
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    request.deadline_unix_ms = ROption::RSome(unix_ms);
-    let modality = request.modality();
+    submission.request.deadline_unix_ms = ROption::RSome(unix_ms);
+    let modality = submission.request.modality();
     let mut last_generation = None;
     for _ in 0..RESOLVE_ATTEMPTS {
         let deployment = runtime.current();
@@ -50,7 +59,7 @@ pub fn dispatch(
         let (mut full, mut unavailable, mut unsupported) = (None, None, None);
         for instance in candidates {
             let metrics = &runtime.metrics;
-            match EventStream::open(&instance, request.clone(), metrics, model, started) {
+            match EventStream::open(&instance, submission.clone(), metrics, model, started) {
                 Ok(events) => return Ok(events.with_deadline(deadline, timeout_secs)),
                 Err(Refusal::Full(m)) => full = Some(m),
                 Err(Refusal::Unavailable(m)) => unavailable = Some(m),

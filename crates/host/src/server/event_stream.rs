@@ -13,7 +13,7 @@
 
 use super::{error::ApiError, record::RequestRecord};
 use crate::{
-    instance::{endpoint_name, Admission, Instance, InstanceState, Refusal},
+    instance::{Admission, Instance, InstanceState, Refusal, Submission},
     metrics::{Metrics, ServedBy},
     sink::EventReceiver,
 };
@@ -26,7 +26,7 @@ use std::{
     task::{ready, Context, Poll},
     time::Instant,
 };
-use switchyard_plugin_api::{Event, FinishReason, PluginError, Request, TokenLogprobs, Usage};
+use switchyard_plugin_api::{Event, FinishReason, PluginError, TokenLogprobs, Usage};
 
 /// One step of an answer. The last step is `Finished` or `Failed`; nothing follows it.
 #[derive(Debug)]
@@ -49,6 +49,9 @@ pub struct Answer {
     pub text: String,
     /// One entry per token when the request asked for log probabilities, else empty.
     pub logprobs: Vec<TokenLogprobs>,
+    /// Beside each entry of `logprobs`: the character offset in `text` where its token's text
+    /// begins.
+    pub text_offsets: Vec<usize>,
     pub reason: FinishReason,
     pub usage: Usage,
 }
@@ -125,18 +128,20 @@ struct Deadline {
 }
 
 impl EventStream {
-    /// Submits `request` to `instance`. `model` is the name the client asked for, and `started`
+    /// Submits `request` (a chat's [`switchyard_plugin_api::Request`] or a completion's
+    /// [`Submission`]) to `instance`. `model` is the name the client asked for, and `started`
     /// when the request arrived; both go into the request's record.
     pub fn open(
         instance: &Arc<Instance>,
-        request: Request,
+        request: impl Into<Submission>,
         metrics: &Metrics,
         model: &str,
         started: Instant,
     ) -> Result<Self, Refusal> {
-        let endpoint = endpoint_name(request.endpoint);
-        let logprobs_wanted = request.logprobs.is_some();
-        let (admission, events) = instance.submit(request)?;
+        let submission = request.into();
+        let endpoint = submission.endpoint_name();
+        let logprobs_wanted = submission.request.logprobs.is_some();
+        let (admission, events) = instance.submit(submission)?;
         let served_by = ServedBy {
             instance: instance.name.clone().into(),
             plugin_version: instance.plugin.version().to_string().into(),
@@ -184,20 +189,25 @@ impl EventStream {
     /// Waits for the whole answer.
     pub async fn answer(mut self) -> Result<Answer, Failure> {
         let mut text = String::new();
-        let mut logprobs = Vec::new();
+        let (mut chars, mut logprobs, mut text_offsets) = (0, Vec::new(), Vec::new());
         loop {
             match std::future::poll_fn(|cx| self.poll_step(cx)).await {
                 Step::Token {
                     text: piece,
                     logprobs: sent,
                 } => {
+                    if let Some(sent) = sent {
+                        logprobs.push(sent);
+                        text_offsets.push(chars);
+                    }
                     text.push_str(&piece);
-                    logprobs.extend(sent);
+                    chars += piece.chars().count();
                 }
                 Step::Finished { reason, usage } => {
                     return Ok(Answer {
                         text,
                         logprobs,
+                        text_offsets,
                         reason,
                         usage,
                     })

@@ -1,4 +1,5 @@
-//! `/health` (the process is up), `/ready` (every configured instance is ready), `/metrics`,
+//! `/health` (the process is up), `/ready` (every configured instance is ready and the process
+//! is not shutting down), `/metrics`,
 //! and `/v1/models`.
 
 use super::chat::unix_now;
@@ -28,7 +29,9 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
         })
         .collect();
     let configured = deployment.config.models().len();
-    let all_ready = configured > 0
+    // A process that is shutting down takes no new traffic, whatever its instances say.
+    let all_ready = !runtime.is_terminating()
+        && configured > 0
         && states.len() == configured
         && deployment
             .instances()
@@ -40,7 +43,10 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
     };
     (
         status,
-        Json(json!({"ready": all_ready, "generation": deployment.generation, "instances": states})),
+        Json(
+            json!({"ready": all_ready, "terminating": runtime.is_terminating(),
+                    "generation": deployment.generation, "instances": states}),
+        ),
     )
         .into_response()
 }

@@ -8,7 +8,7 @@
 //! - [`read_body_within`]: the whole body within `body_read_timeout_secs` (HTTP 408), and no
 //!   more than `max_body_bytes` (HTTP 413, at once when `Content-Length` says so);
 //! - the peer address as [`axum::extract::ConnectInfo`], for the admin guard;
-//! - on stop, no new connections, and the open ones finish within the drain deadline
+//! - on stop, no new connections, and the open ones finish by the stop's deadline
 //!   (hyper-util's `GracefulShutdown`), after which they are dropped.
 //!
 //! The server speaks HTTP/1.1 only, as before (axum's `http2` feature was never enabled).
@@ -49,14 +49,16 @@ impl HttpLimits {
     }
 }
 
-/// Serves `app` on `listener` until `stop` turns true; then stops accepting and gives the open
-/// connections `drain` to finish their responses.
+/// Tells listeners to stop: `Some(deadline)` by which their open connections must finish.
+pub type Stop = tokio::sync::watch::Receiver<Option<tokio::time::Instant>>;
+
+/// Serves `app` on `listener` until `stop` names a deadline; then stops accepting and gives the
+/// open connections until that deadline to finish their responses.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,
-    drain: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut stop: Stop,
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -95,7 +97,8 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
+    let deadline = stop.borrow().unwrap_or_else(tokio::time::Instant::now);
+    if tokio::time::timeout_at(deadline, graceful.shutdown())
         .await
         .is_err()
     {
@@ -104,8 +107,8 @@ pub async fn serve(
     Ok(())
 }
 
-async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
+async fn stopped(stop: &mut Stop) {
+    let _ = stop.wait_for(Option::is_some).await;
 }
 
 /// The layer (`axum::middleware::from_fn_with_state`) that reads a request's whole body within

@@ -2,9 +2,11 @@
 
 mod admin;
 mod chat;
+mod completions;
 mod dispatch;
 pub mod error;
 pub mod event_stream;
+mod generation;
 mod health;
 mod listener;
 mod logprobs;
@@ -16,7 +18,11 @@ mod transcriptions;
 pub use chat::chat_request_from_json;
 
 use crate::{
-    config::ServerConfig, instance::endpoint_name, metrics::Metrics, reload, runtime::Runtime,
+    config::ServerConfig,
+    instance::{endpoint_name, COMPLETIONS},
+    metrics::Metrics,
+    reload,
+    runtime::Runtime,
 };
 use axum::{
     extract::DefaultBodyLimit,
@@ -30,20 +36,22 @@ use switchyard_plugin_api::Endpoint;
 fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
     // Each API route writes down its responses' outcomes (`x-switchyard-*` headers, refusals)
     // under its endpoint's name.
-    let outcomes = |endpoint: Endpoint| {
-        middleware::map_response_with_state(
-            (metrics.clone(), endpoint_name(endpoint)),
-            outcome::record,
-        )
+    let outcomes = |endpoint: &'static str| {
+        middleware::map_response_with_state((metrics.clone(), endpoint), outcome::record)
     };
     Router::new()
         .route(
             "/v1/chat/completions",
-            post(chat::chat_completions).layer(outcomes(Endpoint::Chat)),
+            post(chat::chat_completions).layer(outcomes(endpoint_name(Endpoint::Chat))),
+        )
+        .route(
+            "/v1/completions",
+            post(completions::completions).layer(outcomes(COMPLETIONS)),
         )
         .route(
             "/v1/audio/transcriptions",
-            post(transcriptions::transcriptions).layer(outcomes(Endpoint::Transcription)),
+            post(transcriptions::transcriptions)
+                .layer(outcomes(endpoint_name(Endpoint::Transcription))),
         )
         .route("/v1/models", get(health::models))
         .route("/health", get(health::health))
@@ -98,6 +106,9 @@ pub enum ServeError {
 }
 
 /// Serves until SIGINT/SIGTERM, with the reload triggers running (see `crate::reload::triggers`).
+/// Then it terminates gracefully, for rollouts: `/ready` answers 503 at once and new requests
+/// get 503 while the listeners keep answering, the requests in flight finish (at most until
+/// `drain_timeout_secs`), and then the listeners close their connections by the same deadline.
 pub async fn serve(
     runtime: Arc<Runtime>,
     listen: SocketAddr,
@@ -109,30 +120,33 @@ pub async fn serve(
     let main = tokio::net::TcpListener::bind(listen).await?;
     let main_addr = main.local_addr()?;
     tracing::info!(%main_addr, "listening");
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(None);
     let mut tasks = tokio::task::JoinSet::new();
     // The listeners' limits are read once, at start (like the addresses).
     let server = runtime.current().config.server().clone();
     let limits = listener::HttpLimits::of(&server);
-    let drain = Duration::from_secs_f64(server.drain_timeout_secs);
     let app = main_router(runtime.clone());
-    let serving = listener::serve(main, app, limits.clone(), drain, stop_rx.clone());
-    tasks.spawn(serving);
+    tasks.spawn(listener::serve(main, app, limits.clone(), stop_rx.clone()));
     if let Some(addr) = admin {
         let admin = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(admin_addr = %admin.local_addr()?, "admin listening");
         let app = admin_router(runtime.clone());
-        tasks.spawn(listener::serve(admin, app, limits, drain, stop_rx.clone()));
+        tasks.spawn(listener::serve(admin, app, limits, stop_rx.clone()));
     }
 
     wait_for_termination().await;
-    tracing::info!("shutting down: draining instances");
-    let deadline = Duration::from_secs_f64(runtime.current().config.server().drain_timeout_secs);
-    // The listeners stop accepting and give their connections the same deadline as the
-    // instances, so the process ends within `drain_timeout_secs` (plus the plugins' shutdown).
-    let _ = stop_tx.send(true);
-    runtime.shutdown(deadline).await;
+    let drain = Duration::from_secs_f64(runtime.current().config.server().drain_timeout_secs);
+    let deadline = tokio::time::Instant::now() + drain;
+    tracing::info!(
+        drain_timeout_secs = drain.as_secs_f64(),
+        "shutting down: draining instances"
+    );
+    runtime.shutdown(drain).await;
+    // Every request has ended (or was cut at the deadline); what is left is writing out the
+    // last bytes and closing idle connections.
+    let _ = stop_tx.send(Some(deadline));
     while tasks.join_next().await.is_some() {}
+    tracing::info!("shut down");
     Ok(())
 }
 

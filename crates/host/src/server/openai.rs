@@ -1,10 +1,15 @@
 //! OpenAI request bodies and their translation into plugin requests.
 
 use super::{error::ApiError, logprobs::LogprobsFormat};
+use crate::instance::Submission;
 use abi_stable::std_types::{ROption, RString, RVec};
 use base64::Engine;
 use serde::Deserialize;
-use switchyard_plugin_api::{Endpoint, Message, Part, Request, Role, SamplingParams};
+use switchyard_plugin_api::{Endpoint, Message, Part, Prompt, Request, Role, SamplingParams};
+
+/// The prefix of the `model_options` keys the host itself writes (a completion's prompt,
+/// `Prompt::KEY`); a client's options may not name them.
+const HOST_OPTIONS: &str = "switchyard.";
 
 /// `POST /v1/chat/completions`. Unknown fields are accepted and ignored, as OpenAI clients send
 /// many optional ones.
@@ -12,12 +17,53 @@ use switchyard_plugin_api::{Endpoint, Message, Part, Request, Role, SamplingPara
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
+    #[serde(flatten)]
+    pub generation: Generation,
+    pub max_completion_tokens: Option<u32>,
+    /// Return the log probability of every generated token.
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// With `logprobs`: this many most likely alternatives per token (0–20).
+    pub top_logprobs: Option<u32>,
+}
+
+/// `POST /v1/completions` (OpenAI's legacy completions): one prompt, as text or token ids.
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub model: String,
+    pub prompt: PromptField,
+    #[serde(flatten)]
+    pub generation: Generation,
+    /// The legacy integer form: each token's log probability and this many alternatives.
+    pub logprobs: Option<u32>,
+    /// Only `false`: the answer never repeats the prompt.
+    #[serde(default)]
+    pub echo: bool,
+    /// Only 1 (or absent): one completion per prompt.
+    pub best_of: Option<u32>,
+    /// Only absent: `suffix` is an insertion prompt, which no model here takes.
+    pub suffix: Option<String>,
+}
+
+/// A completion's `prompt`: one string, one array of token ids, or any other array (OpenAI's
+/// batches of strings or of id arrays), which is refused by name rather than by a parse error.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptField {
+    Text(String),
+    Tokens(Vec<u32>),
+    Batch(Vec<serde_json::Value>),
+}
+
+/// What chat and completions requests share: streaming, sampling, stops and model options,
+/// each checked once in [`Generation::to_request`].
+#[derive(Debug, Deserialize)]
+pub struct Generation {
     #[serde(default)]
     pub stream: bool,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     pub max_tokens: Option<u32>,
-    pub max_completion_tokens: Option<u32>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
     /// Not in OpenAI's API, but common in compatible servers.
@@ -25,11 +71,6 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
     pub stop: Option<Stop>,
     pub n: Option<u32>,
-    /// Return the log probability of every generated token.
-    #[serde(default)]
-    pub logprobs: Option<bool>,
-    /// With `logprobs`: this many most likely alternatives per token (0–20).
-    pub top_logprobs: Option<u32>,
     /// vLLM's extension: the `token` fields of `logprobs` read `token_id:<id>` (ids are exact;
     /// the bytes of one token need not be text).
     #[serde(default)]
@@ -89,7 +130,7 @@ pub struct InputAudio {
     pub format: String,
 }
 
-impl ChatRequest {
+impl Generation {
     pub fn include_usage(&self) -> bool {
         self.stream_options
             .as_ref()
@@ -97,17 +138,100 @@ impl ChatRequest {
     }
 
     /// How to write `logprobs`, when the request asked for them.
-    pub fn logprobs_format(&self) -> Option<LogprobsFormat> {
-        self.logprobs.unwrap_or(false).then_some(LogprobsFormat {
+    pub fn logprobs_format(&self, wanted: bool) -> Option<LogprobsFormat> {
+        wanted.then_some(LogprobsFormat {
             token_ids: self.return_tokens_as_token_ids,
         })
     }
 
-    /// Builds the plugin request, decoding media; errors name the offending field.
-    pub fn to_plugin(&self, id: u64) -> Result<Request, ApiError> {
+    /// The plugin request around `messages`: the sampling fields, stops and model options,
+    /// checked; `logprobs` as [`Request::logprobs`]. Errors name the offending field.
+    fn to_request(
+        &self,
+        id: u64,
+        messages: Vec<Message>,
+        max_tokens: Option<u32>,
+        logprobs: Option<u8>,
+    ) -> Result<Request, ApiError> {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
         }
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::invalid_param(
+                "temperature",
+                "must be between 0 and 2",
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid_param("top_p", "must be in (0, 1]"));
+        }
+        let model_options = match &self.model_options {
+            None | Some(serde_json::Value::Null) => RString::new(),
+            Some(serde_json::Value::Object(options))
+                if options.keys().any(|k| k.starts_with(HOST_OPTIONS)) =>
+            {
+                return Err(ApiError::invalid_param(
+                    "model_options",
+                    format!("keys under {HOST_OPTIONS} are the host's own"),
+                ))
+            }
+            Some(v @ serde_json::Value::Object(_)) => v.to_string().into(),
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    "model_options",
+                    "must be a JSON object",
+                ))
+            }
+        };
+        let stop: Vec<RString> = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.as_str().into()],
+            Some(Stop::Many(v)) => v.iter().map(|s| s.as_str().into()).collect(),
+        };
+        Ok(Request {
+            id,
+            endpoint: Endpoint::Chat,
+            messages: messages.into(),
+            sampling: SamplingParams {
+                max_tokens: max_tokens
+                    .or(self.max_tokens)
+                    .map_or(ROption::RNone, ROption::RSome),
+                temperature,
+                top_p,
+                top_k: self.top_k.unwrap_or(0),
+                seed: self.seed.map_or(ROption::RNone, ROption::RSome),
+            },
+            stop: stop.into(),
+            deadline_unix_ms: ROption::RNone,
+            logprobs: logprobs.map_or(ROption::RNone, ROption::RSome),
+            model_options,
+        })
+    }
+}
+
+/// `k` alternatives per token, within [`Request::MAX_TOP_LOGPROBS`]; `param` names the field.
+fn top_logprobs(param: &str, k: Option<u32>) -> Result<Option<u8>, ApiError> {
+    let max = Request::MAX_TOP_LOGPROBS;
+    match k {
+        None => Ok(None),
+        Some(k) if k <= max as u32 => Ok(Some(k as u8)),
+        Some(_) => Err(ApiError::invalid_param(
+            param,
+            format!("must be between 0 and {max}"),
+        )),
+    }
+}
+
+impl ChatRequest {
+    pub fn logprobs_format(&self) -> Option<LogprobsFormat> {
+        self.generation
+            .logprobs_format(self.logprobs.unwrap_or(false))
+    }
+
+    /// Builds the plugin request, decoding media; errors name the offending field.
+    pub fn to_plugin(&self, id: u64) -> Result<Request, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::invalid_param(
                 "messages",
@@ -160,67 +284,14 @@ impl ChatRequest {
                 parts: RVec::from(parts),
             });
         }
-        let temperature = self.temperature.unwrap_or(1.0);
-        if !(0.0..=2.0).contains(&temperature) {
-            return Err(ApiError::invalid_param(
-                "temperature",
-                "must be between 0 and 2",
-            ));
-        }
-        let top_p = self.top_p.unwrap_or(1.0);
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(ApiError::invalid_param("top_p", "must be in (0, 1]"));
-        }
         let logprobs = self.logprobs_wanted()?;
-        let model_options = match &self.model_options {
-            None | Some(serde_json::Value::Null) => RString::new(),
-            Some(v @ serde_json::Value::Object(_)) => v.to_string().into(),
-            Some(_) => {
-                return Err(ApiError::invalid_param(
-                    "model_options",
-                    "must be a JSON object",
-                ))
-            }
-        };
-        let stop: Vec<RString> = match &self.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s.as_str().into()],
-            Some(Stop::Many(v)) => v.iter().map(|s| s.as_str().into()).collect(),
-        };
-        Ok(Request {
-            id,
-            endpoint: Endpoint::Chat,
-            messages: messages.into(),
-            sampling: SamplingParams {
-                max_tokens: self
-                    .max_completion_tokens
-                    .or(self.max_tokens)
-                    .map_or(ROption::RNone, ROption::RSome),
-                temperature,
-                top_p,
-                top_k: self.top_k.unwrap_or(0),
-                seed: self.seed.map_or(ROption::RNone, ROption::RSome),
-            },
-            stop: stop.into(),
-            deadline_unix_ms: ROption::RNone,
-            logprobs: logprobs.map_or(ROption::RNone, ROption::RSome),
-            model_options,
-        })
+        self.generation
+            .to_request(id, messages, self.max_completion_tokens, logprobs)
     }
 
     /// `None` = no log probabilities; `Some(k)` = each token's and its `k` best alternatives.
     fn logprobs_wanted(&self) -> Result<Option<u8>, ApiError> {
-        let max = Request::MAX_TOP_LOGPROBS;
-        let top = match self.top_logprobs {
-            None => None,
-            Some(k) if k <= max as u32 => Some(k as u8),
-            Some(_) => {
-                return Err(ApiError::invalid_param(
-                    "top_logprobs",
-                    format!("must be between 0 and {max}"),
-                ))
-            }
-        };
+        let top = top_logprobs("top_logprobs", self.top_logprobs)?;
         match (self.logprobs.unwrap_or(false), top) {
             (true, top) => Ok(Some(top.unwrap_or(0))),
             (false, Some(_)) => Err(ApiError::invalid_param(
@@ -229,6 +300,54 @@ impl ChatRequest {
             )),
             (false, None) => Ok(None),
         }
+    }
+}
+
+impl CompletionRequest {
+    pub fn logprobs_format(&self) -> Option<LogprobsFormat> {
+        self.generation.logprobs_format(self.logprobs.is_some())
+    }
+
+    /// The plugin request (no messages) and the raw prompt; errors name the offending field.
+    pub fn to_plugin(&self, id: u64) -> Result<Submission, ApiError> {
+        let prompt = match &self.prompt {
+            PromptField::Text(text) => Prompt::Text(text.as_str().into()),
+            PromptField::Tokens(ids) if ids.is_empty() => {
+                return Err(ApiError::invalid_param("prompt", "the prompt is empty"))
+            }
+            PromptField::Tokens(ids) => Prompt::Tokens(ids.clone()),
+            PromptField::Batch(prompts) => {
+                return Err(ApiError::invalid_param(
+                    "prompt",
+                    format!(
+                        "a batch of {} prompts is not supported: send one prompt (a string or \
+                         an array of token ids) per request",
+                        prompts.len()
+                    ),
+                ))
+            }
+        };
+        if self.echo {
+            return Err(ApiError::invalid_param(
+                "echo",
+                "echo: true is not supported (the answer never repeats the prompt)",
+            ));
+        }
+        if self.best_of.is_some_and(|n| n != 1) {
+            return Err(ApiError::invalid_param(
+                "best_of",
+                "only best_of = 1 is supported",
+            ));
+        }
+        if self.suffix.is_some() {
+            return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
+        }
+        let logprobs = top_logprobs("logprobs", self.logprobs)?;
+        let request = self.generation.to_request(id, Vec::new(), None, logprobs)?;
+        Ok(Submission {
+            request,
+            prompt: Some(prompt),
+        })
     }
 }
 
@@ -363,5 +482,36 @@ mod tests {
         );
         let err = parse(&format!(r#"{base},"model_options":"speech"}}"#)).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("model_options"));
+    }
+
+    fn completion(json: &str) -> Result<Submission, ApiError> {
+        serde_json::from_str::<CompletionRequest>(json)
+            .unwrap()
+            .to_plugin(9)
+    }
+
+    #[test]
+    fn completion_prompts_are_one_string_or_one_id_list() {
+        let text = completion(r#"{"model":"m","prompt":"hi","max_tokens":3,"stop":"x"}"#).unwrap();
+        assert_eq!(text.prompt, Some(Prompt::Text("hi".into())));
+        assert!(text.request.messages.is_empty());
+        assert_eq!(text.request.sampling.max_tokens, ROption::RSome(3));
+        assert_eq!(text.request.stop.len(), 1);
+        assert_eq!(text.endpoint_name(), "completions");
+        let ids = completion(r#"{"model":"m","prompt":[1,2,3],"logprobs":2}"#).unwrap();
+        assert_eq!(ids.prompt, Some(Prompt::Tokens(vec![1u32, 2, 3])));
+        assert_eq!(ids.request.logprobs, ROption::RSome(2));
+        for (body, param) in [
+            (r#"{"model":"m","prompt":["a","b"]}"#, "prompt"),
+            (r#"{"model":"m","prompt":[[1],[2]]}"#, "prompt"),
+            (r#"{"model":"m","prompt":[]}"#, "prompt"),
+            (r#"{"model":"m","prompt":"a","echo":true}"#, "echo"),
+            (r#"{"model":"m","prompt":"a","logprobs":21}"#, "logprobs"),
+            (r#"{"model":"m","prompt":"a","n":2}"#, "n"),
+            (r#"{"model":"m","prompt":"a","top_p":0}"#, "top_p"),
+        ] {
+            let err = completion(body).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(param), "{body}");
+        }
     }
 }

@@ -9,6 +9,8 @@ pub enum PromptError {
     Config(String),
     #[error("message {message} contains the reserved token {token:?}; special tokens cannot be typed in content")]
     ReservedToken { message: usize, token: String },
+    #[error("the text yields the reserved token {token:?}, which text cannot carry")]
+    ReservedInText { token: String },
     #[error("{kind} placeholders and {kind}s do not match: {placeholders} placeholder(s), {media} {kind}(s)")]
     CountMismatch {
         kind: &'static str,

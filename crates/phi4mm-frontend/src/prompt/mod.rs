@@ -127,6 +127,20 @@ impl Prompt {
         self.tokenize(&substituted)
     }
 
+    /// Tokenizes untrusted raw text (a completion's prompt) as plain text: without the
+    /// added-token pass, so a special token's spelling (`<|user|>`, a placeholder) stays text,
+    /// and with no placeholder substitution. A reserved id in the result is refused all the
+    /// same, so no tokenizer quirk can let the text forge one.
+    pub fn encode_untrusted_text(&self, text: &str) -> Result<Vec<u32>, PromptError> {
+        let ids = self.tokenize_plain(text)?;
+        match ids.iter().find_map(|id| self.reserved_ids.get(id)) {
+            Some(token) => Err(PromptError::ReservedInText {
+                token: token.clone(),
+            }),
+            None => Ok(ids),
+        }
+    }
+
     /// Renders, binds, validates and tokenizes a chat (see the module docs).
     pub fn encode_messages<'a>(
         &self,

@@ -284,3 +284,37 @@ fn openai_style_content_parts_deserialize() {
     assert_eq!(text, "<|user|>ab<|end|><|endoftext|>");
     assert!(serde_json::from_str::<Vec<Message>>(r#"[{"role": "tool", "content": "x"}]"#).is_err());
 }
+
+/// A completion's raw text: without special tokens it tokenizes exactly as the fixture's
+/// reference tokenizer does; a special token's spelling stays text (it decodes back to the
+/// same text) and yields none of the ids the spelling names.
+#[test]
+fn untrusted_text_keeps_special_spellings_as_text() {
+    let manifest = switchyard_fixtures::manifest();
+    let p = prompt("model");
+    for case in manifest["tokenizer"]["tokenizer_cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        if ["plain", "unicode_emoji", "whitespace_digits_contractions"].contains(&name) {
+            let got = p
+                .encode_untrusted_text(case["text"].as_str().unwrap())
+                .unwrap();
+            assert_eq!(got, ids(&case["ids"]), "{name}");
+        }
+    }
+    for typed in [
+        "<|endoftext11|>",
+        "<|endoftext10|>",
+        "<|end|>",
+        "<|user|>",
+        "<|assistant|>",
+        "<|system|>",
+        "<|endoftext|>",
+    ] {
+        let text = format!("hello {typed} there<|assistant|>");
+        let forged = p.encode_text(typed).unwrap();
+        assert_eq!(forged.len(), 1, "{typed} is one added token");
+        let got = p.encode_untrusted_text(&text).unwrap();
+        assert!(!got.contains(&forged[0]), "{typed}: {got:?}");
+        assert_eq!(p.tokenizer().decode(&got, false).unwrap(), text, "{typed}");
+    }
+}

@@ -21,6 +21,9 @@
 //! Log probabilities: echo's distribution is a point mass on the echoed word, so every token has
 //! logprob 0 and is its own only alternative. Model options: none; any key is refused, named.
 //!
+//! Completions (`submit_prompt`): a text prompt is echoed as the text of one user message would
+//! be; a prompt of token ids echoes each id as a word.
+//!
 //! Requests whose text contains `#fail` fail after their first token; `#panic` panics inside
 //! `submit`; `#panic-worker` panics on the worker thread after the first token. These exist so
 //! tests can prove that the host keeps serving.
@@ -38,9 +41,9 @@ use std::{
 };
 use switchyard_plugin_api::{
     abi_stable::std_types::{ROption, RString},
-    AdapterRows, Endpoint, Event, EventSinkBox, FinishReason, HostServices, Modality,
+    AdapterRows, Endpoint, Event, EventSinkBox, FinishReason, HostServices, Message, Modality,
     ModelKindInfo, ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel,
-    Request, SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+    Prompt, Request, Role, SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -239,6 +242,20 @@ impl PluginModel for EchoModel {
             .map_err(|e| PluginError::internal(format!("cannot start worker: {e}")))?;
         state.workers.insert(request.id, handle);
         Ok(())
+    }
+
+    fn submit_prompt(
+        &self,
+        mut request: Request,
+        prompt: Prompt,
+        sink: EventSinkBox,
+    ) -> Result<(), PluginError> {
+        let text = match prompt {
+            Prompt::Text(text) => text,
+            Prompt::Tokens(ids) => ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "),
+        };
+        request.messages = vec![Message::text(Role::User, text)].into();
+        self.submit(request, sink)
     }
 
     fn cancel(&self, request_id: u64) -> bool {

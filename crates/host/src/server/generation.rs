@@ -1,0 +1,152 @@
+//! What the two JSON generation endpoints, `/v1/chat/completions` and `/v1/completions`,
+//! share: from a body to an admitted request ([`admit`]), and the order of a streamed answer
+//! ([`stream_answer`]). Each endpoint only says how its JSON looks ([`JsonRequest`],
+//! [`ChunkFormat`]).
+
+use super::{
+    admin::is_json,
+    chat::{parse_json, read_bytes, usage_json},
+    dispatch::dispatch,
+    error::ApiError,
+    event_stream::{EventStream, Step},
+    outcome::Refused,
+};
+use crate::{instance::Submission, runtime::Runtime};
+use axum::{
+    body::Bytes,
+    extract::rejection::BytesRejection,
+    http::HeaderMap,
+    response::sse::{Event as SseEvent, Sse},
+};
+use futures_util::{stream, Stream, StreamExt};
+use serde_json::{json, Value};
+use std::{convert::Infallible, sync::Arc, time::Instant};
+use switchyard_plugin_api::{FinishReason, TokenLogprobs, Usage};
+
+/// A generation endpoint's request body.
+pub trait JsonRequest: serde::de::DeserializeOwned + Send + 'static {
+    /// The model the client named.
+    fn model(&self) -> &str;
+    /// The checked plugin request; errors name the offending field.
+    fn to_submission(&self, id: u64) -> Result<Submission, ApiError>;
+}
+
+/// A request an instance took.
+pub struct Admitted<T> {
+    pub request: T,
+    pub events: EventStream,
+    /// The host's request id (in the response's `id`).
+    pub id: u64,
+}
+
+/// Reads, parses, checks and routes a JSON body. Only JSON is taken: a browser's cross-site
+/// form or text/plain POST cannot reach a model.
+pub async fn admit<T: JsonRequest>(
+    runtime: &Arc<Runtime>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    started: Instant,
+) -> Result<Admitted<T>, Refused> {
+    if !is_json(&headers) {
+        return Err(Refused::unread(ApiError::unsupported_media_type(
+            "application/json",
+        )));
+    }
+    let body = read_bytes(body).map_err(Refused::unread)?;
+    let id = runtime.next_request_id();
+    // Parsing a large body, decoding its media and the plugin's admission (which may tokenize
+    // the prompt and read media headers) are CPU work: they run on the blocking pool, a few at
+    // a time, so that they never stall the async threads that serve `/health` and the streams.
+    let rt = runtime.clone();
+    let (request, events) = runtime
+        .off_the_runtime(move || {
+            let request: T = parse_json(&body)?;
+            let events = request.to_submission(id).and_then(|submission| {
+                dispatch(&rt, request.model(), &headers, submission, started)
+            });
+            Ok((request, events))
+        })
+        .await
+        .map_err(Refused::unread)?;
+    let events = events.map_err(|e| Refused::new(runtime.model_label(request.model()), e))?;
+    Ok(Admitted {
+        request,
+        events,
+        id,
+    })
+}
+
+/// The fields every chunk and answer of one request carries.
+pub struct ChunkMeta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl ChunkMeta {
+    /// `{id, object, created, model, choices}`.
+    pub fn object(&self, object: &str, choices: Vec<Value>) -> Value {
+        json!({
+            "id": self.id, "object": object, "created": self.created, "model": self.model,
+            "choices": choices,
+        })
+    }
+}
+
+/// How one endpoint writes the chunks of a streamed answer.
+pub trait ChunkFormat: Send + 'static {
+    /// The chunks' `object`.
+    const OBJECT: &'static str;
+    /// The choice of a chunk sent before any token (chat: the role), if any.
+    fn opening(&self) -> Option<Value>;
+    /// The choice of one token's chunk; `logprobs` is set when the request asked for them.
+    fn token(&mut self, text: &str, logprobs: Option<&TokenLogprobs>) -> Value;
+    /// The choice of the last chunk, with its `finish_reason`.
+    fn finish(&self, reason: FinishReason) -> Value;
+}
+
+/// A streamed answer in OpenAI's order: the opening chunk, one chunk per token, the finishing
+/// chunk, the usage chunk (with `stream_options.include_usage`, when every other chunk has
+/// `"usage": null`) and `[DONE]`; or, when the request fails, an error object and no `[DONE]`,
+/// so a client can tell a failed stream from a finished one.
+pub fn stream_answer<F: ChunkFormat>(
+    events: EventStream,
+    meta: ChunkMeta,
+    mut format: F,
+    include_usage: bool,
+    retry_after: u32,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let chunk = move |meta: &ChunkMeta, choice: Value| {
+        let mut chunk = meta.object(F::OBJECT, vec![choice]);
+        if include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        chunk.to_string()
+    };
+    let opening = format.opening().map(|choice| chunk(&meta, choice));
+    let rest = events.into_steps().flat_map(move |step| {
+        let data = match step {
+            Step::Token { text, logprobs } => {
+                vec![chunk(&meta, format.token(&text, logprobs.as_ref()))]
+            }
+            Step::Finished { reason, usage } => {
+                let mut data = vec![chunk(&meta, format.finish(reason))];
+                if include_usage {
+                    data.push(usage_chunk::<F>(&meta, usage));
+                }
+                data.push("[DONE]".into());
+                data
+            }
+            Step::Failed(failure) => vec![failure.to_api_error(retry_after).body().to_string()],
+        };
+        stream::iter(data)
+    });
+    let data = stream::iter(opening).chain(rest);
+    Sse::new(data.map(|d| Ok(SseEvent::default().data(d))))
+}
+
+fn usage_chunk<F: ChunkFormat>(meta: &ChunkMeta, usage: Usage) -> String {
+    let mut chunk = meta.object(F::OBJECT, Vec::new());
+    chunk["usage"] = usage_json(usage);
+    chunk.to_string()
+}

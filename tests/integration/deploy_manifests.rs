@@ -1,0 +1,363 @@
+//! `deploy/kubernetes/`: every manifest parsed with a real YAML parser, and checked against what
+//! the server really serves. The ConfigMap's TOML goes through the host's own config loader,
+//! and then a real `switchyard serve` runs on it (its container paths swapped for the built
+//! plugin and the fixture checkpoint), answering each probe path the Deployment names. A
+//! ConfigMap update as the kubelet publishes it (a `..data` link swap) reloads a watching
+//! server.
+
+use serde_json::{json, Map, Value};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+use switchyard::config;
+use switchyard_fixtures::fixture;
+use switchyard_integration_tests::{phi4mm_lib, plugin_lib, user, workspace_root, Server, TempDir};
+use yaml_rust2::{Yaml, YamlLoader};
+
+fn to_json(yaml: &Yaml) -> Value {
+    match yaml {
+        Yaml::Real(_) => json!(yaml.as_f64().expect("a real")),
+        Yaml::Integer(i) => json!(i),
+        Yaml::String(s) => json!(s),
+        Yaml::Boolean(b) => json!(b),
+        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect()),
+        Yaml::Hash(hash) => Value::Object(
+            hash.iter()
+                .map(|(k, v)| {
+                    let key = k.as_str().expect("string keys in a manifest").to_string();
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+        Yaml::Null => Value::Null,
+        other => panic!("unexpected YAML node {other:?}"),
+    }
+}
+
+/// Every document of every `deploy/kubernetes/*.yaml`, by kind.
+fn manifests() -> Map<String, Value> {
+    let dir = workspace_root().join("deploy/kubernetes");
+    let mut by_kind = Map::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no manifests in {}", dir.display());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let docs =
+            YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for doc in docs {
+            let doc = to_json(&doc);
+            let kind = doc["kind"].as_str().expect("every manifest has a kind");
+            assert!(
+                by_kind.insert(kind.to_string(), doc.clone()).is_none(),
+                "two {kind}s"
+            );
+        }
+    }
+    by_kind
+}
+
+/// `labels` ⊆ `of`.
+fn selects(labels: &Value, of: &Value) -> bool {
+    labels
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(k, v)| of.get(k) == Some(v))
+}
+
+/// The ConfigMap's config file: its name and its TOML.
+fn configmap_config(manifests: &Map<String, Value>) -> (String, String) {
+    let data = manifests["ConfigMap"]["data"].as_object().unwrap();
+    assert_eq!(data.len(), 1, "one config file");
+    let (name, text) = data.iter().next().unwrap();
+    (name.clone(), text.as_str().unwrap().to_string())
+}
+
+#[test]
+fn manifests_agree_with_the_server_config_and_each_other() {
+    let m = manifests();
+    for kind in [
+        "ConfigMap",
+        "Secret",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "InferencePool",
+        "InferenceObjective",
+    ] {
+        assert!(m.contains_key(kind), "no {kind} in deploy/kubernetes");
+    }
+    // The config, through the host's own loader (it validates the whole file; the plugin paths
+    // of the container image are the one thing this machine lacks).
+    let (file_name, text) = configmap_config(&m);
+    let dir = TempDir::new("manifests");
+    let path = dir.path().join(&file_name);
+    std::fs::write(&path, toml::to_string(&with_built_plugins(&text)).unwrap()).unwrap();
+    let loaded = config::load(&path).unwrap_or_else(|e| panic!("the ConfigMap's config: {e}"));
+    let server = loaded.server();
+    let port = server.listen.parse::<SocketAddr>().unwrap().port() as i64;
+    assert!(
+        server.watch_config,
+        "ConfigMap updates reload only with watch_config"
+    );
+
+    let deployment = &m["Deployment"];
+    let pod = &deployment["spec"]["template"];
+    let labels = &pod["metadata"]["labels"];
+    assert_eq!(labels["llm-d.ai/engine-type"], "vllm");
+    assert!(selects(
+        &deployment["spec"]["selector"]["matchLabels"],
+        labels
+    ));
+    let spec = &pod["spec"];
+    let grace = spec["terminationGracePeriodSeconds"].as_f64().unwrap();
+    assert!(
+        grace > server.drain_timeout_secs,
+        "terminationGracePeriodSeconds {grace} must exceed drain_timeout_secs {}",
+        server.drain_timeout_secs
+    );
+    let containers = spec["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let container = &containers[0];
+    // The container port is the config's listen port, and the probes name it.
+    let ports = container["ports"].as_array().unwrap();
+    let http = ports
+        .iter()
+        .find(|p| p["containerPort"] == port)
+        .unwrap_or_else(|| panic!("no container port {port} (server.listen) in {ports:?}"));
+    let port_name = http["name"].as_str().unwrap();
+    let probe_port = |probe: &Value| -> i64 {
+        match &probe["httpGet"]["port"] {
+            Value::String(name) => {
+                assert_eq!(name, port_name, "{probe}");
+                port
+            }
+            number => number.as_i64().unwrap(),
+        }
+    };
+    for (probe, path) in [
+        ("readinessProbe", "/ready"),
+        ("livenessProbe", "/health"),
+        ("startupProbe", "/ready"),
+    ] {
+        let p = &container[probe];
+        assert_eq!(probe_port(p), port, "{probe}");
+        assert_eq!(p["httpGet"]["path"], path, "{probe}");
+    }
+    // The startup window covers what a reload may take to create and warm an instance (the
+    // same loading and compiles as at start).
+    let startup = &container["startupProbe"];
+    let window =
+        startup["periodSeconds"].as_f64().unwrap() * startup["failureThreshold"].as_f64().unwrap();
+    assert!(
+        window >= server.reload_timeout_secs,
+        "startupProbe allows {window} s, reload_timeout_secs is {}",
+        server.reload_timeout_secs
+    );
+    // `serve --config <mount>/<file>`, the ConfigMap mounted as a directory (a subPath mount
+    // is never updated, and watch_config would never fire).
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "serve");
+    let config_arg = Path::new(args[args.iter().position(|a| *a == "--config").unwrap() + 1]);
+    assert_eq!(config_arg.file_name().unwrap().to_str().unwrap(), file_name);
+    let volumes = spec["volumes"].as_array().unwrap();
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let mount_of = |volume: &dyn Fn(&Value) -> bool| {
+        let v = volumes.iter().find(|v| volume(v)).expect("volume");
+        mounts
+            .iter()
+            .find(|m| m["name"] == v["name"])
+            .expect("mounted")
+            .clone()
+    };
+    let config_mount = mount_of(&|v| v["configMap"]["name"] == m["ConfigMap"]["metadata"]["name"]);
+    assert_eq!(
+        Path::new(config_mount["mountPath"].as_str().unwrap()),
+        config_arg.parent().unwrap()
+    );
+    assert!(config_mount.get("subPath").is_none());
+    // The checkpoint and the cache live on the volumes the config names.
+    let checkpoint_mount = mount_of(&|v| v.get("persistentVolumeClaim").is_some());
+    for model in loaded.models() {
+        let checkpoint = model.settings["checkpoint"].as_str().unwrap();
+        assert!(
+            checkpoint.starts_with(checkpoint_mount["mountPath"].as_str().unwrap()),
+            "{checkpoint}"
+        );
+    }
+    let cache_dir = server.cache_dir.as_ref().expect("server.cache_dir");
+    assert!(mounts
+        .iter()
+        .any(|m| Path::new(m["mountPath"].as_str().unwrap()) == cache_dir));
+    // The plugins are where the Containerfile puts them.
+    let containerfile = std::fs::read_to_string(workspace_root().join("deploy/Containerfile"))
+        .expect("deploy/Containerfile");
+    let as_written: toml::Table = toml::from_str(&text).unwrap();
+    for plugin in as_written["plugins"].as_array().unwrap() {
+        let path = Path::new(plugin["path"].as_str().unwrap());
+        let dir = path.parent().unwrap().display().to_string();
+        assert!(containerfile.contains(&format!("{dir}/")), "{dir}");
+    }
+    // The admin token comes from the Secret, as the env override of server.admin_token.
+    let env = container["env"].as_array().unwrap();
+    let token = env
+        .iter()
+        .find(|e| e["name"] == "SWITCHYARD__SERVER__ADMIN_TOKEN")
+        .expect("the admin token's env override");
+    let secret_ref = &token["valueFrom"]["secretKeyRef"];
+    assert_eq!(secret_ref["name"], m["Secret"]["metadata"]["name"]);
+    let key = secret_ref["key"].as_str().unwrap();
+    assert!(m["Secret"]["stringData"].get(key).is_some());
+
+    // The Service, the budget and the pool select these pods; the pool's port is the server's.
+    let service = &m["Service"]["spec"];
+    assert!(selects(&service["selector"], labels));
+    assert_eq!(service["ports"][0]["targetPort"], port_name);
+    assert!(selects(
+        &m["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
+        labels
+    ));
+    let pool = &m["InferencePool"];
+    assert_eq!(pool["apiVersion"], "inference.networking.k8s.io/v1");
+    assert!(selects(&pool["spec"]["selector"]["matchLabels"], labels));
+    assert_eq!(pool["spec"]["targetPorts"], json!([{"number": port}]));
+    assert!(pool["spec"]["endpointPickerRef"]["name"].is_string());
+    let objective = &m["InferenceObjective"];
+    assert_eq!(
+        objective["apiVersion"],
+        "inference.networking.x-k8s.io/v1alpha2"
+    );
+    assert_eq!(
+        objective["spec"]["poolRef"]["name"],
+        pool["metadata"]["name"]
+    );
+}
+
+/// The ConfigMap's TOML with each plugin's container path replaced by the built plugin library
+/// of the same file name, so that the host's loader can check the rest as written.
+fn with_built_plugins(text: &str) -> toml::Table {
+    let mut config: toml::Table = toml::from_str(text).unwrap();
+    for plugin in config.get_mut("plugins").unwrap().as_array_mut().unwrap() {
+        let path = plugin["path"].as_str().unwrap().to_string();
+        let built = phi4mm_lib();
+        assert_eq!(
+            Path::new(&path).file_name(),
+            built.file_name(),
+            "a plugin this test has no build of"
+        );
+        plugin["path"] = built.display().to_string().into();
+    }
+    config
+}
+
+/// The ConfigMap's TOML with all its container paths replaced: the built plugins, the fixture
+/// checkpoint, and a private cache.
+fn config_for_this_machine(text: &str, cache: &Path) -> String {
+    let mut config = with_built_plugins(text);
+    let server = config.get_mut("server").unwrap().as_table_mut().unwrap();
+    server.insert("cache_dir".into(), cache.display().to_string().into());
+    for model in config.get_mut("models").unwrap().as_array_mut().unwrap() {
+        let settings = model["settings"].as_table_mut().unwrap();
+        let checkpoint = fixture().join("model").display().to_string();
+        settings.insert("checkpoint".into(), checkpoint.into());
+    }
+    toml::to_string(&config).unwrap()
+}
+
+#[tokio::test]
+async fn the_probes_the_deployment_names_answer_on_the_configmaps_server() {
+    let m = manifests();
+    let (_, text) = configmap_config(&m);
+    let dir = TempDir::new("manifest-server");
+    let config = config_for_this_machine(&text, &dir.path().join("cache"));
+    // The test picks free loopback ports (`--listen`): the manifest's own port may be taken on
+    // a shared machine; that it equals the container port is checked above.
+    let server = Server::start_in(dir, &config).await;
+    let container = &m["Deployment"]["spec"]["template"]["spec"]["containers"][0];
+    for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
+        let path = container[probe]["httpGet"]["path"].as_str().unwrap();
+        let r = server
+            .http
+            .get(format!("{}{path}", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{probe} {path}");
+    }
+    // Each route's model names answer, on both generation endpoints.
+    let (_, toml_text) = configmap_config(&m);
+    let table: toml::Table = toml::from_str(&toml_text).unwrap();
+    for route in table["routes"].as_array().unwrap() {
+        for name in route["models"].as_array().unwrap() {
+            let name = name.as_str().unwrap();
+            let body = json!({"model": name, "prompt": "Hi", "max_tokens": 2});
+            let (status, reply) = server.post_json("/v1/completions", &body).await;
+            assert_eq!(status, 200, "{name}: {reply}");
+            let body = json!({"model": name, "messages": user("Hi"), "max_tokens": 2});
+            let (status, reply) = server.post_json("/v1/chat/completions", &body).await;
+            assert_eq!(status, 200, "{name}: {reply}");
+        }
+    }
+}
+
+fn echo_config(label: &str) -> String {
+    format!(
+        "[server]\nwatch_config = true\n[[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+         [[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\n\
+         settings = {{ label = \"{label}\", tag_tokens = true }}\n",
+        plugin_lib("echo").display()
+    )
+}
+
+/// A ConfigMap volume as the kubelet lays it out: `<file> -> ..data/<file>`,
+/// `..data -> ..<timestamp>/`; an update writes a new timestamped directory and renames a new
+/// `..data` link over the old one.
+#[tokio::test]
+async fn a_configmap_update_published_by_link_swap_reloads_a_watching_server() {
+    use std::os::unix::fs::symlink;
+    let dir = TempDir::new("configmap");
+    let root = dir.path().to_path_buf();
+    std::fs::create_dir(root.join("..2026_01_01_00_00_00.1")).unwrap();
+    symlink("..2026_01_01_00_00_00.1", root.join("..data")).unwrap();
+    symlink("..data/switchyard.toml", root.join("switchyard.toml")).unwrap();
+    // `start_in` writes the config through the links, into the first timestamped directory.
+    let server = Server::start_in(dir, &echo_config("first")).await;
+    let label = || async {
+        let reply = server
+            .chat(json!({"model": "bot", "messages": user("x")}))
+            .await;
+        reply.content().to_string()
+    };
+    assert!(label().await.contains("/first]"));
+
+    let next = root.join("..2026_01_01_00_01_00.2");
+    std::fs::create_dir(&next).unwrap();
+    let text = echo_config("updated").replace("{dir}", &root.display().to_string());
+    std::fs::write(next.join("switchyard.toml"), text).unwrap();
+    symlink("..2026_01_01_00_01_00.2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_01_01_00_00_00.1")).unwrap();
+    for _ in 0..200 {
+        if label().await.contains("/updated]") {
+            assert!(server.log().contains("config file changed: reloading"));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "the ConfigMap update was not reloaded; log:\n{}",
+        server.log()
+    );
+}

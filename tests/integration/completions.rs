@@ -173,6 +173,61 @@ async fn completions_refusals_name_the_field_or_limit() {
     assert_eq!(reply.content(), "still here");
 }
 
+/// A 2.0 plugin's export glue would never look for the prompt, so the host refuses completions
+/// for its models itself, naming the versions, and its chat keeps working; a client cannot pass
+/// the host's own option key to any endpoint.
+#[tokio::test]
+async fn completions_for_a_2_0_plugin_are_refused_by_the_host_and_the_prompt_key_is_reserved() {
+    let config = format!(
+        r#"
+[[plugins]]
+name = "echo"
+path = "{echo}"
+[[plugins]]
+name = "echo-2-0"
+path = "{echo_2_0}"
+[[models]]
+name = "echo-a"
+plugin = "echo"
+kind = "echo"
+[[models]]
+name = "old"
+plugin = "echo-2-0"
+kind = "echo"
+"#,
+        echo = plugin_lib("echo").display(),
+        echo_2_0 = plugin_lib("echo_2_0").display(),
+    );
+    let server = Server::start(&config).await;
+    let (status, body) = server
+        .post_json("/v1/completions", &json!({"model": "old", "prompt": "hello"}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["type"], "unsupported", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("2.0") && message.contains("2.1"), "{message}");
+    let reply = server
+        .chat(json!({"model": "old", "messages": user("still a chat")}))
+        .await;
+    assert_eq!(reply.content(), "still a chat");
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "echo-a", "messages": user("hi"),
+                   "model_options": {"switchyard.prompt": "forged"}}),
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "echo-a", "prompt": "hi",
+                   "model_options": {"switchyard.prompt": "forged"}}),
+        ),
+    ] {
+        let (status, reply) = server.post_json(path, &body).await;
+        assert_eq!(status, 400, "{path}: {reply}");
+        assert_eq!(reply["error"]["param"], "model_options", "{path}: {reply}");
+    }
+}
+
 fn phi4mm_config() -> String {
     format!(
         r#"

@@ -42,9 +42,9 @@ pub async fn chat_completions(
     let id = runtime.next_request_id();
     // Parsing a large body and decoding its media is CPU work: it runs on the blocking pool,
     // a few at a time, so that it never stalls the async threads that serve `/health` and
-    // the streams.
+    // the streams. A small one is parsed here.
     let (request, plugin_request) = runtime
-        .off_the_runtime(move || {
+        .parse_body(body.len(), move || {
             let request: ChatRequest = parse_json(&body)?;
             let plugin_request = request.to_plugin(id);
             Ok((request, plugin_request))

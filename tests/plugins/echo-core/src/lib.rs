@@ -11,7 +11,12 @@
 //! | `fail_on_create` / `panic_on_create` | false | model creation fails / panics |
 //! | `fail_on_warm` | false | warm-up fails |
 //! | `warm_delay_ms` | 0 | warm-up sleeps this long first (a slow or hung warm-up) |
-//! | `inline` | false | answer inside `submit` on the caller's thread (measures the bare ABI cost) |
+//! | `inline` | false | answer inside `submit` on the caller's thread, without admission (measures the bare ABI cost) |
+//! | `pool` | false | run every request on the worker pool, even with no token delay |
+//!
+//! Execution: a request with a token delay runs on a worker thread of a pool of at most `slots`
+//! threads, started on demand and reused. With no delay there is nothing to wait for, so it is
+//! admitted as usual and answered within `submit` on the caller's thread (unless `pool`).
 //!
 //! Log probabilities: echo's distribution is a point mass on the echoed word, so every token has
 //! logprob 0 and is its own only alternative. Model options: none; any key is refused, named.
@@ -22,10 +27,10 @@
 
 use serde::Deserialize;
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, Condvar, Mutex,
+        mpsc, Arc, Mutex,
     },
     thread,
     time::Duration,
@@ -60,6 +65,8 @@ pub struct EchoSettings {
     pub warm_delay_ms: u64,
     #[serde(default)]
     pub inline: bool,
+    #[serde(default)]
+    pub pool: bool,
 }
 
 fn default_slots() -> u32 {
@@ -127,32 +134,43 @@ pub fn create(
     ));
     Ok(EchoModel {
         flavour,
+        kind: manifest(flavour).models[0].clone(),
         settings,
         shared: Arc::new(Shared {
             state: Mutex::new(State::default()),
-            slot_freed: Condvar::new(),
         }),
     })
 }
 
 pub struct EchoModel {
     flavour: Flavour,
+    /// What this flavour serves (the manifest's entry, built once).
+    kind: ModelKindInfo,
     settings: EchoSettings,
     shared: Arc<Shared>,
 }
 
+/// The execution model: a pool of worker threads, at most `slots`, started on demand and kept
+/// for the next requests (a thread per request cost more than the rest of a zero-delay
+/// request). A running request owns one worker; requests beyond the slots wait in `queue`, in
+/// order, and a worker that finishes takes the next one.
 struct Shared {
     state: Mutex<State>,
-    slot_freed: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     /// Cancel flags of admitted requests (queued or running).
     requests: HashMap<u64, Arc<AtomicBool>>,
-    workers: HashMap<u64, thread::JoinHandle<()>>,
+    /// Admitted requests waiting for a slot.
+    queue: VecDeque<Job>,
+    /// How to hand a job to each idle worker, the most recently idle last.
+    idle: Vec<mpsc::Sender<Job>>,
+    /// Every worker started, joined on shutdown.
+    workers: Vec<thread::JoinHandle<()>>,
     running: u32,
     draining: bool,
+    stopped: bool,
 }
 
 impl State {
@@ -195,7 +213,6 @@ impl PluginModel for EchoModel {
                 self.settings.queue
             )));
         }
-        state.requests.insert(request.id, cancel.clone());
         let job = Job {
             id: request.id,
             words,
@@ -209,29 +226,60 @@ impl PluginModel for EchoModel {
                 )
             }),
             delay: Duration::from_millis(self.settings.token_delay_ms),
-            slots: self.settings.slots,
-            cancel,
+            cancel: cancel.clone(),
             sink,
-            shared: self.shared.clone(),
         };
-        let handle = thread::Builder::new()
-            .name(format!("echo-{}", request.id))
-            .spawn(move || job.run())
-            .map_err(|e| PluginError::internal(format!("cannot start worker: {e}")))?;
-        state.workers.insert(request.id, handle);
+        // Nothing to wait for: answered here, never queued (so never waiting for a worker).
+        if job.delay.is_zero() && !self.settings.pool {
+            state.requests.insert(request.id, cancel);
+            state.running += 1;
+            drop(state);
+            job.run();
+            let mut state = self.shared.state.lock().unwrap();
+            state.requests.remove(&job.id);
+            state.running -= 1;
+            return Ok(());
+        }
+        if state.running >= self.settings.slots {
+            state.requests.insert(request.id, cancel);
+            state.queue.push_back(job);
+            return Ok(());
+        }
+        let job = match state.idle.pop() {
+            Some(worker) => match worker.send(job) {
+                Ok(()) => None,
+                // A worker that is gone (it cannot be: workers exit only when stopped).
+                Err(mpsc::SendError(job)) => Some(job),
+            },
+            None => Some(job),
+        };
+        if let Some(job) = job {
+            let shared = self.shared.clone();
+            let handle = thread::Builder::new()
+                .name("echo-worker".into())
+                .spawn(move || worker(shared, job))
+                .map_err(|e| PluginError::internal(format!("cannot start worker: {e}")))?;
+            state.workers.push(handle);
+        }
+        state.requests.insert(request.id, cancel);
+        state.running += 1;
         Ok(())
     }
 
     fn cancel(&self, request_id: u64) -> bool {
-        let state = self.shared.state.lock().unwrap();
-        match state.requests.get(&request_id) {
-            Some(flag) => {
-                flag.store(true, Ordering::SeqCst);
-                self.shared.slot_freed.notify_all();
-                true
-            }
-            None => false,
+        let mut state = self.shared.state.lock().unwrap();
+        let Some(flag) = state.requests.get(&request_id) else {
+            return false;
+        };
+        flag.store(true, Ordering::SeqCst);
+        // A queued request ends at once; a running one at its worker's next token.
+        if let Some(at) = state.queue.iter().position(|job| job.id == request_id) {
+            let job = state.queue.remove(at).expect("the position is in the queue");
+            state.requests.remove(&request_id);
+            drop(state);
+            job.cancelled();
         }
+        true
     }
 
     fn stats(&self) -> ModelStats {
@@ -239,7 +287,7 @@ impl PluginModel for EchoModel {
         ModelStats {
             running: state.running,
             queued: state.queued(),
-            free_slots: self.settings.slots - state.running,
+            free_slots: self.settings.slots.saturating_sub(state.running),
             adapters: vec![AdapterRows {
                 adapter: "base".into(),
                 rows: state.running,
@@ -257,17 +305,51 @@ impl PluginModel for EchoModel {
     }
 
     fn shutdown(&self) {
-        let workers: Vec<_> = {
+        let (queued, workers) = {
             let mut state = self.shared.state.lock().unwrap();
             state.draining = true;
+            state.stopped = true;
             for flag in state.requests.values() {
                 flag.store(true, Ordering::SeqCst);
             }
-            state.workers.drain().map(|(_, h)| h).collect()
+            let queued: Vec<Job> = state.queue.drain(..).collect();
+            for job in &queued {
+                state.requests.remove(&job.id);
+            }
+            // Dropping an idle worker's sender ends it; a busy one ends after its request.
+            state.idle.clear();
+            (queued, std::mem::take(&mut state.workers))
         };
-        self.shared.slot_freed.notify_all();
+        for job in queued {
+            job.cancelled();
+        }
         for worker in workers {
             let _ = worker.join();
+        }
+    }
+}
+
+/// One worker thread: runs `job`, then the queued ones, then waits to be handed the next.
+fn worker(shared: Arc<Shared>, mut job: Job) {
+    loop {
+        job.run();
+        let mut state = shared.state.lock().unwrap();
+        state.requests.remove(&job.id);
+        if let Some(next) = state.queue.pop_front() {
+            job = next;
+            continue;
+        }
+        state.running -= 1;
+        if state.stopped {
+            return;
+        }
+        // Only the idle list holds the sender, so clearing it (shutdown) ends this thread.
+        let (tx, rx) = mpsc::channel();
+        state.idle.push(tx);
+        drop(state);
+        match rx.recv() {
+            Ok(next) => job = next,
+            Err(mpsc::RecvError) => return,
         }
     }
 }
@@ -315,7 +397,7 @@ impl EchoModel {
             )));
         }
         let modality = request.modality();
-        let accepted = manifest(self.flavour).models[0].accepts(request.endpoint, modality);
+        let accepted = self.kind.accepts(request.endpoint, modality);
         if !accepted {
             return Err(PluginError::new(
                 switchyard_plugin_api::ErrorKind::Unsupported,
@@ -362,59 +444,32 @@ struct Job {
     logprobs: Option<u8>,
     prefix: Option<String>,
     delay: Duration,
-    slots: u32,
     cancel: Arc<AtomicBool>,
     sink: EventSinkBox,
-    shared: Arc<Shared>,
 }
 
 impl Job {
-    fn run(self) {
-        if !self.wait_for_slot() {
-            self.sink.send(Event::Finished {
-                reason: FinishReason::Cancelled,
-                usage: Usage::default(),
-            });
-            self.release(false);
-            return;
+    /// Streams the answer on the worker's thread; its slot is the caller's to give back.
+    fn run(&self) {
+        if self.cancel.load(Ordering::SeqCst) {
+            return self.cancelled();
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stream()));
         if let Err(payload) = outcome {
-            // A worker must never die silently: the host waits for a terminal event.
+            // A request must never end silently: the host waits for a terminal event.
             self.sink.send(Event::Failed(PluginError::from_panic(
                 "echo worker",
                 payload,
             )));
         }
-        self.release(true);
     }
 
-    /// Waits until a slot is free. Returns false when cancelled while queued.
-    fn wait_for_slot(&self) -> bool {
-        let mut state = self.shared.state.lock().unwrap();
-        while state.running >= self.slots {
-            if self.cancel.load(Ordering::SeqCst) {
-                return false;
-            }
-            state = self.shared.slot_freed.wait(state).unwrap();
-        }
-        if self.cancel.load(Ordering::SeqCst) {
-            return false;
-        }
-        state.running += 1;
-        true
-    }
-
-    fn release(&self, held_slot: bool) {
-        let mut state = self.shared.state.lock().unwrap();
-        if held_slot {
-            state.running -= 1;
-        }
-        state.requests.remove(&self.id);
-        // The handle of a finished worker is dropped (detached); shutdown joins the rest.
-        state.workers.remove(&self.id);
-        drop(state);
-        self.shared.slot_freed.notify_all();
+    /// The end of a request cancelled before it ran.
+    fn cancelled(&self) {
+        self.sink.send(Event::Finished {
+            reason: FinishReason::Cancelled,
+            usage: Usage::default(),
+        });
     }
 
     fn stream(&self) {

@@ -57,7 +57,11 @@ struct TextPart {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn bad_request(message: String) -> Response {
-    (StatusCode::BAD_REQUEST, Json(json!({"error": {"message": message}}))).into_response()
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"error": {"message": message}})),
+    )
+        .into_response()
 }
 
 /// The plugin-API request the host would hand the plugin.
@@ -116,14 +120,24 @@ async fn chat(body: Bytes) -> Response {
     };
     let words = tokens(&request);
     let prompt_tokens = words.len() as u32;
-    let limit = request.sampling.max_tokens.into_option().unwrap_or(u32::MAX) as usize;
-    let finish_reason = if words.len() > limit { "length" } else { "stop" };
-    let pieces = stream::iter(words.into_iter().take(limit).enumerate()).map(|(i, word)| {
-        if i == 0 {
-            word
-        } else {
-            format!(" {word}")
+    let limit = request
+        .sampling
+        .max_tokens
+        .into_option()
+        .unwrap_or(u32::MAX) as usize;
+    let finish_reason = if words.len() > limit {
+        "length"
+    } else {
+        "stop"
+    };
+    // Built as the echo plugin builds its tokens' text.
+    let pieces = stream::iter(words.iter().take(limit).enumerate()).map(|(i, word)| {
+        let mut piece = String::with_capacity(1 + word.len());
+        if i > 0 {
+            piece.push(' ');
         }
+        piece.push_str(word);
+        piece
     });
     let pieces: Vec<String> = pieces.collect().await;
     let completion_tokens = pieces.len() as u32;

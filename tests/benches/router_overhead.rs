@@ -19,8 +19,8 @@ use std::{
 };
 use switchyard::config;
 use switchyard_integration_tests::{
-    free_port, machine_description, plugin_lib, target_profile_dir, user,
-    write_benchmark_section, Server, TempDir,
+    free_port, machine_description, plugin_lib, target_profile_dir, user, write_benchmark_section,
+    Server, TempDir,
 };
 
 const CONCURRENCY: [usize; 3] = [1, 8, 64];
@@ -280,11 +280,13 @@ fn main() {
         for row in &mut rows {
             let c = row.concurrency;
             if round % 2 == 0 {
-                row.baseline.push(run_oha(&baseline.url, &body_text, c, secs));
+                row.baseline
+                    .push(run_oha(&baseline.url, &body_text, c, secs));
                 row.routed.push(run_oha(&routed_url, &body_text, c, secs));
             } else {
                 row.routed.push(run_oha(&routed_url, &body_text, c, secs));
-                row.baseline.push(run_oha(&baseline.url, &body_text, c, secs));
+                row.baseline
+                    .push(run_oha(&baseline.url, &body_text, c, secs));
             }
             loads.push(load_average());
         }

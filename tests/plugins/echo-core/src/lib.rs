@@ -22,7 +22,7 @@
 //! logprob 0 and is its own only alternative. Model options: none; any key is refused, named.
 //!
 //! Requests whose text contains `#fail` fail after their first token; `#panic` panics inside
-//! `submit`; `#panic-worker` panics on the worker thread after the first token. These exist so
+//! `submit`; `#panic-worker` panics while streaming, after the first token. These exist so
 //! tests can prove that the host keeps serving.
 
 use serde::Deserialize;
@@ -274,7 +274,10 @@ impl PluginModel for EchoModel {
         flag.store(true, Ordering::SeqCst);
         // A queued request ends at once; a running one at its worker's next token.
         if let Some(at) = state.queue.iter().position(|job| job.id == request_id) {
-            let job = state.queue.remove(at).expect("the position is in the queue");
+            let job = state
+                .queue
+                .remove(at)
+                .expect("the position is in the queue");
             state.requests.remove(&request_id);
             drop(state);
             job.cancelled();
@@ -366,12 +369,7 @@ impl EchoModel {
         let prompt_tokens = words.len() as u32;
         sink.send(Event::Started { prompt_tokens });
         for (i, word) in words.iter().enumerate() {
-            let piece = if i == 0 {
-                word.clone()
-            } else {
-                format!(" {word}")
-            };
-            sink.send(token_event(i as u32, piece, logprobs));
+            sink.send(token_event(i as u32, piece(i, None, word), logprobs));
         }
         let usage = Usage {
             prompt_tokens,
@@ -499,24 +497,20 @@ impl Job {
                 )));
                 return;
             }
-            let mut piece = if i == 0 {
-                word.clone()
-            } else {
-                format!(" {word}")
-            };
-            if let Some(prefix) = &self.prefix {
-                piece = format!("{}{prefix}{}", if i == 0 { "" } else { " " }, word);
-            }
-            text.push_str(&piece);
-            if self
-                .stop
-                .iter()
-                .any(|s| !s.is_empty() && text.contains(s.as_str()))
-            {
-                return self.finish(FinishReason::Stop, prompt_tokens, sent);
+            let piece = piece(i, self.prefix.as_deref(), word);
+            // The text so far matters only to stop strings.
+            if !self.stop.is_empty() {
+                text.push_str(&piece);
+                if self
+                    .stop
+                    .iter()
+                    .any(|s| !s.is_empty() && text.contains(s.as_str()))
+                {
+                    return self.finish(FinishReason::Stop, prompt_tokens, sent);
+                }
             }
             if !self.sink.send(token_event(i as u32, piece, self.logprobs)) {
-                return; // the client is gone; release() frees the slot
+                return; // the client is gone; the worker frees the slot
             }
             sent += 1;
         }
@@ -532,6 +526,19 @@ impl Job {
             },
         });
     }
+}
+
+/// The text of token `i`: the word, after a space unless it is the first, after the tag prefix
+/// when there is one.
+fn piece(i: usize, prefix: Option<&str>, word: &str) -> String {
+    let prefix = prefix.unwrap_or("");
+    let mut piece = String::with_capacity(1 + prefix.len() + word.len());
+    if i > 0 {
+        piece.push(' ');
+    }
+    piece.push_str(prefix);
+    piece.push_str(word);
+    piece
 }
 
 /// One echoed word; with log probabilities when asked: a point mass, logprob 0, no other

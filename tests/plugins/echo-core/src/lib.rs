@@ -510,7 +510,7 @@ impl Job {
                 }
             }
             if !self.sink.send(token_event(i as u32, piece, self.logprobs)) {
-                return; // the client is gone; the worker frees the slot
+                return; // the client is gone; whoever ran the job frees its slot
             }
             sent += 1;
         }

@@ -1,106 +1,157 @@
-//! Router overhead: a non-streaming echo request through a real `switchyard serve` process over
-//! loopback, against a minimal axum server that answers the same request in-process, measured side
-//! by side in one run (alternating rounds, since these machines are noisy); and the bare ABI cost
-//! of `submit` + its events through the real loader. Writes its section of `docs/benchmarks.md`.
+//! Router overhead, measured with a third-party load generator (`oha`): a non-streaming chat
+//! request through a real release `switchyard serve` (the echo plugin, `token_delay_ms = 0`,
+//! 256 slots) against `router-baseline` (`benches/router_baseline.rs`), a minimal axum server that
+//! does the same work without the router. Both run side by side in one run, in interleaved
+//! rounds (the order alternates each round), at concurrency 1, 8 and 64; each figure is the median
+//! over the rounds, and each ratio or added latency the median of the per-round ones, so a
+//! burst of load on this shared machine hits both sides alike. Also the bare ABI cost of
+//! `submit` + its events through the real loader. Writes its section of `docs/benchmarks.md` and
+//! prints one JSON line.
 //!
-//! Run: `scripts/bench-router.sh` (builds release binaries first).
+//! Run: `scripts/bench-router.sh` (installs oha, builds the release binaries). Environment:
+//! `OHA` (the oha binary, default `oha`), `ROUTER_BENCH_ROUNDS` (default 3),
+//! `ROUTER_BENCH_PHASE_SECS` (default 3).
 
-use axum::{routing::post, Json, Router};
 use serde_json::{json, Value};
 use std::{
-    sync::Arc,
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 use switchyard::config;
 use switchyard_integration_tests::{
-    machine_description, plugin_lib, user, write_benchmark_section, Server, TempDir,
+    free_port, machine_description, plugin_lib, target_profile_dir, user, write_benchmark_section,
+    Server, TempDir,
 };
 
-const CONCURRENCY: usize = 8;
-const PHASE: Duration = Duration::from_secs(4);
-const ROUNDS: usize = 3;
+const CONCURRENCY: [usize; 3] = [1, 8, 64];
+const PROMPT: &str = "the quick brown fox jumps over the lazy dog";
 
-struct Phase {
-    requests: usize,
-    latencies: Vec<Duration>,
-    elapsed: Duration,
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
-impl Phase {
-    fn rps(&self) -> f64 {
-        self.requests as f64 / self.elapsed.as_secs_f64()
+/// One oha run against one server.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    rps: f64,
+    p50: f64,
+    p99: f64,
+}
+
+fn oha() -> String {
+    std::env::var("OHA").unwrap_or_else(|_| "oha".into())
+}
+
+fn oha_version() -> String {
+    let out = Command::new(oha())
+        .arg("--version")
+        .output()
+        .expect("run oha --version (scripts/bench-router.sh installs oha)");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `oha` for `secs` at `concurrency`; panics unless every request got a 200.
+fn run_oha(url: &str, body: &str, concurrency: usize, secs: u64) -> Sample {
+    let out = Command::new(oha())
+        .args(["--no-tui", "--output-format", "json", "-z"])
+        .arg(format!("{secs}s"))
+        .args(["-c", &concurrency.to_string(), "-m", "POST"])
+        .args(["-H", "content-type: application/json", "-d", body])
+        // Requests still in flight at the deadline finish and count, rather than being cut.
+        .arg("-w")
+        .arg(url)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run oha");
+    assert!(out.status.success(), "oha failed: {}", out.status);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("oha's JSON report");
+    let codes = &report["statusCodeDistribution"];
+    let ok = codes["200"].as_u64().unwrap_or(0);
+    let all: u64 = codes
+        .as_object()
+        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+    let errors = report["errorDistribution"]
+        .as_object()
+        .map_or(0, |m| m.len());
+    assert!(
+        ok > 0 && ok == all && errors == 0,
+        "{url}: not every request answered 200: {codes} {}",
+        report["errorDistribution"]
+    );
+    let number = |v: &Value| v.as_f64().expect("a number in oha's report");
+    Sample {
+        rps: number(&report["summary"]["requestsPerSec"]),
+        p50: number(&report["latencyPercentiles"]["p50"]),
+        p99: number(&report["latencyPercentiles"]["p99"]),
     }
-    fn percentile(&self, p: f64) -> Duration {
-        let mut sorted = self.latencies.clone();
-        sorted.sort();
-        sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
     }
-    fn merge(phases: &[Phase]) -> Phase {
-        Phase {
-            requests: phases.iter().map(|p| p.requests).sum(),
-            latencies: phases
-                .iter()
-                .flat_map(|p| p.latencies.iter().copied())
-                .collect(),
-            elapsed: phases.iter().map(|p| p.elapsed).sum(),
+}
+
+/// The baseline server process, killed on drop.
+struct Baseline {
+    child: Child,
+    url: String,
+}
+
+impl Baseline {
+    async fn start() -> Self {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(target_profile_dir().join("router-baseline"))
+            .arg(&addr)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start router-baseline (scripts/bench-router.sh builds it)");
+        let url = format!("http://{addr}/v1/chat/completions");
+        let until = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(&addr).await.is_err() {
+            assert!(Instant::now() < until, "router-baseline did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        Self { child, url }
     }
 }
 
-async fn load(url: String, body: Value) -> Phase {
-    let client = reqwest::Client::new();
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..CONCURRENCY {
-        let (client, url, body) = (client.clone(), url.clone(), body.clone());
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            while started.elapsed() < PHASE {
-                let t = Instant::now();
-                let r = client.post(&url).json(&body).send().await.unwrap();
-                assert_eq!(r.status(), 200);
-                let v: Value = r.json().await.unwrap();
-                assert_eq!(v["choices"][0]["message"]["content"], "the quick brown fox");
-                latencies.push(t.elapsed());
-            }
-            latencies
-        }));
-    }
-    let mut latencies = Vec::new();
-    for w in workers {
-        latencies.extend(w.await.unwrap());
-    }
-    Phase {
-        requests: latencies.len(),
-        latencies,
-        elapsed: started.elapsed(),
+impl Drop for Baseline {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// The baseline: the same response shape, computed in the handler.
-async fn baseline_server() -> String {
-    async fn answer(Json(req): Json<Value>) -> Json<Value> {
-        let text = req["messages"][0]["content"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let words = text.split_whitespace().count();
-        Json(
-            json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": req["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": words, "completion_tokens": words, "total_tokens": 2 * words}}),
-        )
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            Router::new().route("/v1/chat/completions", post(answer)),
-        )
+/// The answer without what differs per request (`id`, `created`).
+async fn answer_shape(url: &str, body: &Value) -> Value {
+    let mut answer: Value = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
         .await
-    });
-    format!("http://{addr}/v1/chat/completions")
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let fields = answer.as_object_mut().unwrap();
+    assert!(fields.remove("id").is_some() && fields.remove("created").is_some());
+    answer
 }
 
 /// submit + events through the real loader, on the caller's thread.
@@ -152,62 +203,162 @@ fn abi_cost() -> (Duration, Duration) {
     (submit, stats)
 }
 
+/// The figures of one concurrency over all rounds.
+struct Row {
+    concurrency: usize,
+    baseline: Vec<Sample>,
+    routed: Vec<Sample>,
+}
+
+impl Row {
+    fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> f64) -> f64 {
+        median(samples.iter().map(f).collect())
+    }
+    fn per_round(&self, f: impl Fn(&Sample, &Sample) -> f64) -> f64 {
+        median(
+            self.baseline
+                .iter()
+                .zip(&self.routed)
+                .map(|(b, r)| f(b, r))
+                .collect(),
+        )
+    }
+    fn ratio(&self) -> f64 {
+        self.per_round(|b, r| r.rps / b.rps)
+    }
+    fn p50_added_us(&self) -> f64 {
+        self.per_round(|b, r| (r.p50 - b.p50) * 1e6)
+    }
+    fn p99_added_us(&self) -> f64 {
+        self.per_round(|b, r| (r.p99 - b.p99) * 1e6)
+    }
+}
+
 fn main() {
+    let rounds = env_or("ROUTER_BENCH_ROUNDS", 3) as usize;
+    let secs = env_or("ROUTER_BENCH_PHASE_SECS", 3);
+    let oha_version = oha_version();
     let (submit, stats) = abi_cost();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (baseline, routed) = rt.block_on(async {
-        let config = format!(
-            "[[plugins]]\nname = \"echo\"\npath = \"{}\"\n[[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\nmax_in_flight = 1024\nsettings = {{ slots = 64 }}\n",
-            plugin_lib("echo").display()
-        );
-        let server = Arc::new(Server::start(&config).await);
-        let baseline_url = baseline_server().await;
-        let routed_url = format!("{}/v1/chat/completions", server.base);
-        let body = json!({"model": "bot", "messages": user("the quick brown fox")});
-        // Warm both.
-        let _ = load(baseline_url.clone(), body.clone()).await;
-        let _ = load(routed_url.clone(), body.clone()).await;
-        let (mut b, mut r) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            b.push(load(baseline_url.clone(), body.clone()).await);
-            r.push(load(routed_url.clone(), body.clone()).await);
-        }
-        (Phase::merge(&b), Phase::merge(&r))
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = format!(
+        "[[plugins]]\nname = \"echo\"\npath = \"{}\"\n[[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\nmax_in_flight = 1024\nsettings = {{ token_delay_ms = 0, slots = 256 }}\n",
+        plugin_lib("echo").display()
+    );
+    let body = json!({"model": "bot", "messages": user(PROMPT)});
+    let body_text = body.to_string();
+    let (server, baseline) = rt.block_on(async {
+        let server = Server::start(&config).await;
+        let baseline = Baseline::start().await;
+        (server, baseline)
     });
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let routed_url = format!("{}/v1/chat/completions", server.base);
+    // The baseline must do the same work: the same answer, field for field.
+    let (b, r) = rt.block_on(async {
+        (
+            answer_shape(&baseline.url, &body).await,
+            answer_shape(&routed_url, &body).await,
+        )
+    });
+    assert_eq!(b, r, "the baseline's answer differs from switchyard's");
+    assert_eq!(r["choices"][0]["message"]["content"], PROMPT);
+
+    // Warm both (connections, allocator, the echo plugin's workers).
+    for url in [&baseline.url, &routed_url] {
+        run_oha(url, &body_text, 64, 1);
+    }
+    let mut rows: Vec<Row> = CONCURRENCY
+        .iter()
+        .map(|&concurrency| Row {
+            concurrency,
+            baseline: Vec::new(),
+            routed: Vec::new(),
+        })
+        .collect();
+    let mut loads = vec![load_average()];
+    let started = Instant::now();
+    for round in 0..rounds {
+        for row in &mut rows {
+            let c = row.concurrency;
+            if round % 2 == 0 {
+                row.baseline
+                    .push(run_oha(&baseline.url, &body_text, c, secs));
+                row.routed.push(run_oha(&routed_url, &body_text, c, secs));
+            } else {
+                row.routed.push(run_oha(&routed_url, &body_text, c, secs));
+                row.baseline
+                    .push(run_oha(&baseline.url, &body_text, c, secs));
+            }
+            loads.push(load_average());
+        }
+    }
+    let wall = started.elapsed();
+    drop(server);
+    drop(baseline);
+
+    let (load_min, load_max) = loads
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &l| (lo.min(l), hi.max(l)));
+    let mut table = String::from(
+        "| concurrency | baseline req/s | switchyard req/s | throughput ratio | baseline p50 / p99 ms | switchyard p50 / p99 ms | p50 added µs | p99 added µs |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    let mut json_rows = serde_json::Map::new();
+    for row in &rows {
+        let med = |s: &[Sample], f: fn(&Sample) -> f64| Row::median_of(s, f);
+        let (b_rps, r_rps) = (med(&row.baseline, |s| s.rps), med(&row.routed, |s| s.rps));
+        let ms = |s: &[Sample], f: fn(&Sample) -> f64| med(s, f) * 1e3;
+        table.push_str(&format!(
+            "| {} | {b_rps:.0} | {r_rps:.0} | **{:.2}×** | {:.3} / {:.3} | {:.3} / {:.3} | {:.0} | **{:.0}** |\n",
+            row.concurrency,
+            row.ratio(),
+            ms(&row.baseline, |s| s.p50),
+            ms(&row.baseline, |s| s.p99),
+            ms(&row.routed, |s| s.p50),
+            ms(&row.routed, |s| s.p99),
+            row.p50_added_us(),
+            row.p99_added_us(),
+        ));
+        json_rows.insert(
+            format!("c{}", row.concurrency),
+            json!({
+                "baseline_rps": b_rps.round(), "switchyard_rps": r_rps.round(),
+                "ratio": (row.ratio() * 1000.0).round() / 1000.0,
+                "p50_added_us": row.p50_added_us().round(),
+                "p99_added_us": row.p99_added_us().round(),
+            }),
+        );
+    }
     let report = format!(
-        "## Router overhead (issue 2)\n\n\
-Command: `scripts/bench-router.sh` (release build; `cargo bench -p switchyard-integration-tests --bench router_overhead`).\n\
-Machine: {machine}. One run; {ROUNDS} alternating rounds of {phase} s per side, {CONCURRENCY} concurrent\n\
-keep-alive clients in the same process as the baseline server, over loopback.\n\n\
-| path | requests/s | p50 ms | p99 ms |\n| --- | ---: | ---: | ---: |\n\
-| minimal axum server, answer computed in the handler (baseline) | {brps:.0} | {b50:.3} | {b99:.3} |\n\
-| `switchyard serve` → echo plugin (real library, thread per request) | {rrps:.0} | {r50:.3} | {r99:.3} |\n\
-| ratio switchyard / baseline | {ratio:.2}× throughput | {l50:.2}× | {l99:.2}× |\n\n\
+        "## Router overhead (issue 17)\n\n\
+Command: `scripts/bench-router.sh` (installs {oha_version} with `cargo install --locked`, builds\n\
+release binaries, runs `cargo bench -p switchyard-integration-tests --bench router_overhead`).\n\
+Machine: {machine}; load average (1 min) {load_min:.1}–{load_max:.1} during the run.\n\n\
+The load generator is `oha` (a separate process, keep-alive connections, `-z {secs}s` per phase).\n\
+Both servers get the same non-streaming chat request, `\"{PROMPT}\"` (9 tokens), and answer\n\
+the same JSON (checked field for field before the run). *switchyard*: the release `switchyard\n\
+serve`, echo plugin, `token_delay_ms = 0`, `slots = 256`. *baseline*: `router-baseline`\n\
+(`tests/benches/router_baseline.rs`), a minimal axum server that parses the same request into\n\
+typed structs and a plugin-API `Request`, streams the echoed words as tokens and builds the same\n\
+answer with `serde_json`. {rounds} interleaved rounds (order alternating) of {secs} s per side\n\
+and concurrency, {wall:.0} s in all; medians over the rounds, ratios and added latencies as the\n\
+median of the per-round ones.\n\n\
+{table}\n\
 ABI cost through the real loader (echo plugin in `inline` mode, on the caller's thread, {n} calls):\n\
 `submit` + 3 events (Started, Token, Finished) through the host's channel sink: **{submit_us:.2} µs**;\n\
-`stats()` round trip: **{stats_us:.3} µs**.\n\n\
-The switchyard side includes a second process, the route table, admission, the plugin's worker\n\
-thread per request and the event channel; the baseline includes none of these. These machines\n\
-are shared and noisy (other builds may run beside the benchmark): read the ratios of one run.\n",
+`stats()` round trip: **{stats_us:.3} µs**.\n",
         machine = machine_description(),
-        phase = PHASE.as_secs(),
-        brps = baseline.rps(),
-        b50 = ms(baseline.percentile(0.5)),
-        b99 = ms(baseline.percentile(0.99)),
-        rrps = routed.rps(),
-        r50 = ms(routed.percentile(0.5)),
-        r99 = ms(routed.percentile(0.99)),
-        ratio = routed.rps() / baseline.rps(),
-        l50 = routed.percentile(0.5).as_secs_f64() / baseline.percentile(0.5).as_secs_f64(),
-        l99 = routed.percentile(0.99).as_secs_f64() / baseline.percentile(0.99).as_secs_f64(),
+        wall = wall.as_secs_f64(),
         n = 200_000,
         submit_us = submit.as_secs_f64() * 1e6,
         stats_us = stats.as_secs_f64() * 1e6,
     );
     print!("{report}");
     write_benchmark_section("router-overhead", &report).unwrap();
+    let line = json!({
+        "bench": "router-overhead", "load_generator": oha_version, "rounds": rounds,
+        "phase_secs": secs, "load_avg_min": load_min, "load_avg_max": load_max,
+        "abi_submit_us": (submit.as_secs_f64() * 1e8).round() / 100.0,
+        "results": json_rows,
+    });
+    println!("{line}");
 }

@@ -200,12 +200,18 @@ kind = "echo"
     );
     let server = Server::start(&config).await;
     let (status, body) = server
-        .post_json("/v1/completions", &json!({"model": "old", "prompt": "hello"}))
+        .post_json(
+            "/v1/completions",
+            &json!({"model": "old", "prompt": "hello"}),
+        )
         .await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["type"], "unsupported", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("2.0") && message.contains("2.1"), "{message}");
+    assert!(
+        message.contains("2.0") && message.contains("2.1"),
+        "{message}"
+    );
     let reply = server
         .chat(json!({"model": "old", "messages": user("still a chat")}))
         .await;

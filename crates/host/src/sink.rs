@@ -56,6 +56,9 @@ struct Window {
 struct WindowState {
     unread: usize,
     closed: bool,
+    /// Senders blocked on a full window. The reader wakes them only when there are some: a
+    /// condvar notification is a system call, and most events find nobody waiting.
+    waiting: usize,
 }
 
 pub struct ChannelSink {
@@ -68,17 +71,22 @@ impl EventSink for ChannelSink {
     fn send(&self, event: Event) -> bool {
         let on_async_thread = tokio::runtime::Handle::try_current().is_ok();
         let mut state = self.window.state.lock().unwrap();
-        let until = Instant::now() + self.limits.send_timeout;
-        while !on_async_thread && !state.closed && state.unread >= self.limits.capacity {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                tracing::warn!(
-                    timeout_secs = self.limits.send_timeout.as_secs_f64(),
-                    "a client read no event within event_send_timeout_secs; cancelling its request"
-                );
-                return false;
+        if !on_async_thread && !state.closed && state.unread >= self.limits.capacity {
+            let until = Instant::now() + self.limits.send_timeout;
+            state.waiting += 1;
+            while !state.closed && state.unread >= self.limits.capacity {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    state.waiting -= 1;
+                    tracing::warn!(
+                        timeout_secs = self.limits.send_timeout.as_secs_f64(),
+                        "a client read no event within event_send_timeout_secs; cancelling its request"
+                    );
+                    return false;
+                }
+                state = self.window.changed.wait_timeout(state, left).unwrap().0;
             }
-            state = self.window.changed.wait_timeout(state, left).unwrap().0;
+            state.waiting -= 1;
         }
         if state.closed {
             return false;
@@ -114,8 +122,11 @@ impl EventReceiver {
     fn read_one(&self) {
         let mut state = self.window.state.lock().unwrap();
         state.unread = state.unread.saturating_sub(1);
+        let waiting = state.waiting > 0;
         drop(state);
-        self.window.changed.notify_all();
+        if waiting {
+            self.window.changed.notify_all();
+        }
     }
 
     pub async fn recv(&mut self) -> Option<Event> {
@@ -125,8 +136,13 @@ impl EventReceiver {
 
 impl Drop for EventReceiver {
     fn drop(&mut self) {
-        self.window.state.lock().unwrap().closed = true;
-        self.window.changed.notify_all();
+        let mut state = self.window.state.lock().unwrap();
+        state.closed = true;
+        let waiting = state.waiting > 0;
+        drop(state);
+        if waiting {
+            self.window.changed.notify_all();
+        }
     }
 }
 

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const RESOLVE_ATTEMPTS: usize = 3;
 
-/// Call it through [`Runtime::off_the_runtime`], never on an async thread: a plugin's `submit`
-/// may do CPU work bounded only by the request caps (Phi4MM tokenizes the prompt and reads the
-/// media headers to charge its queue).
+/// Call it through [`Runtime::parse_body`] (or [`Runtime::off_the_runtime`]), never directly on
+/// an async thread for a large request: a plugin's `submit` may do CPU work bounded only by the
+/// request caps (Phi4MM tokenizes the prompt and reads the media headers to charge its queue).
 pub fn dispatch(
     runtime: &Runtime,
     model: &str,

@@ -23,7 +23,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::Arc,
-    task::{ready, Context, Poll},
+    task::{Context, Poll},
     time::Instant,
 };
 use switchyard_plugin_api::{Event, FinishReason, PluginError, TokenLogprobs, Usage};
@@ -220,21 +220,40 @@ impl EventStream {
     /// The next step; only for a stream that has not ended.
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
         loop {
-            if let Some(deadline) = &mut self.deadline {
-                if deadline.sleep.as_mut().poll(cx).is_ready() {
-                    // Not marked finished: dropping the admission cancels it in the plugin.
-                    let failure = Failure::Deadline(deadline.secs);
-                    let (status, kind) = failure.recorded_as();
-                    self.record.fail(status, kind);
-                    self.ended = true;
-                    return Poll::Ready(Step::Failed(failure));
+            // The events first: a request whose events are already there (a fast plugin) then
+            // never registers its deadline's timer, which is most of the timer's cost. The clock
+            // check keeps a plugin that never lets the channel run dry from outliving it.
+            let event = match self.events.poll_recv(cx) {
+                Poll::Ready(event) if !self.past_deadline() => event,
+                Poll::Ready(_) => return Poll::Ready(self.deadline_passed()),
+                Poll::Pending => {
+                    let deadline = self.deadline.as_mut().map(|d| d.sleep.as_mut());
+                    if deadline.is_some_and(|sleep| sleep.poll(cx).is_ready()) {
+                        return Poll::Ready(self.deadline_passed());
+                    }
+                    return Poll::Pending;
                 }
-            }
-            let event = ready!(self.events.poll_recv(cx));
+            };
             if let Some(step) = self.step(event) {
                 return Poll::Ready(step);
             }
         }
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.deadline
+            .as_ref()
+            .is_some_and(|d| tokio::time::Instant::now() >= d.sleep.deadline())
+    }
+
+    fn deadline_passed(&mut self) -> Step {
+        let secs = self.deadline.as_ref().map_or(0.0, |d| d.secs);
+        // Not marked finished: dropping the admission cancels it in the plugin.
+        let failure = Failure::Deadline(secs);
+        let (status, kind) = failure.recorded_as();
+        self.record.fail(status, kind);
+        self.ended = true;
+        Step::Failed(failure)
     }
 
     /// Reads one event and does what it implies for the admission and the record.

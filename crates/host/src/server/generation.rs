@@ -57,9 +57,10 @@ pub async fn admit<T: JsonRequest>(
     // Parsing a large body, decoding its media and the plugin's admission (which may tokenize
     // the prompt and read media headers) are CPU work: they run on the blocking pool, a few at
     // a time, so that they never stall the async threads that serve `/health` and the streams.
+    // A small body is admitted here: the pool's two thread switches would cost more.
     let rt = runtime.clone();
     let (request, events) = runtime
-        .off_the_runtime(move || {
+        .parse_body(body.len(), move || {
             let request: T = parse_json(&body)?;
             let events = request.to_submission(id).and_then(|submission| {
                 dispatch(&rt, request.model(), &headers, submission, started)

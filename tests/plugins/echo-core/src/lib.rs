@@ -11,9 +11,14 @@
 //! | `fail_on_create` / `panic_on_create` | false | model creation fails / panics |
 //! | `fail_on_warm` | false | warm-up fails |
 //! | `warm_delay_ms` | 0 | warm-up sleeps this long first (a slow or hung warm-up) |
-//! | `inline` | false | answer inside `submit` on the caller's thread (measures the bare ABI cost) |
+//! | `inline` | false | answer inside `submit` on the caller's thread, without admission (measures the bare ABI cost) |
+//! | `pool` | false | run every request on the worker pool, even with no token delay |
 //! | `kv_tokens_per_slot` | 1024 | the KV capacity `resources()` reports per slot |
 //! | `adapters` | [] | adapter names `resources()` reports as resident |
+//!
+//! Execution: a request with a token delay runs on a worker thread of a pool of at most `slots`
+//! threads, started on demand and reused. With no delay there is nothing to wait for, so it is
+//! admitted as usual and answered within `submit` on the caller's thread (unless `pool`).
 //!
 //! Resources (API 2.1): a running request holds one KV position per prompt word and one per
 //! token sent, as a decoder's cache would; capacity is `slots × kv_tokens_per_slot`.
@@ -25,16 +30,16 @@
 //! be; a prompt of token ids echoes each id as a word.
 //!
 //! Requests whose text contains `#fail` fail after their first token; `#panic` panics inside
-//! `submit`; `#panic-worker` panics on the worker thread after the first token. These exist so
+//! `submit`; `#panic-worker` panics while streaming, after the first token. These exist so
 //! tests can prove that the host keeps serving.
 
 use serde::Deserialize;
 use std::{
     cell::Cell,
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc, Condvar, Mutex,
+        mpsc, Arc, Mutex,
     },
     thread,
     time::Duration,
@@ -69,6 +74,8 @@ pub struct EchoSettings {
     pub warm_delay_ms: u64,
     #[serde(default)]
     pub inline: bool,
+    #[serde(default)]
+    pub pool: bool,
     #[serde(default = "default_kv_tokens_per_slot")]
     pub kv_tokens_per_slot: u64,
     #[serde(default)]
@@ -144,10 +151,10 @@ pub fn create(
     ));
     Ok(EchoModel {
         flavour,
+        kind: manifest(flavour).models[0].clone(),
         settings,
         shared: Arc::new(Shared {
             state: Mutex::new(State::default()),
-            slot_freed: Condvar::new(),
             kv_used: AtomicU64::new(0),
         }),
     })
@@ -155,13 +162,18 @@ pub fn create(
 
 pub struct EchoModel {
     flavour: Flavour,
+    /// What this flavour serves (the manifest's entry, built once).
+    kind: ModelKindInfo,
     settings: EchoSettings,
     shared: Arc<Shared>,
 }
 
+/// The execution model: a pool of worker threads, at most `slots`, started on demand and kept
+/// for the next requests (a thread per request cost more than the rest of a zero-delay
+/// request). A running request owns one worker; requests beyond the slots wait in `queue`, in
+/// order, and a worker that finishes takes the next one.
 struct Shared {
     state: Mutex<State>,
-    slot_freed: Condvar,
     /// KV positions held by running requests (see the module doc); kept outside the lock so a
     /// token costs no extra locking.
     kv_used: AtomicU64,
@@ -171,9 +183,15 @@ struct Shared {
 struct State {
     /// Cancel flags of admitted requests (queued or running).
     requests: HashMap<u64, Arc<AtomicBool>>,
-    workers: HashMap<u64, thread::JoinHandle<()>>,
+    /// Admitted requests waiting for a slot.
+    queue: VecDeque<Job>,
+    /// How to hand a job to each idle worker, the most recently idle last.
+    idle: Vec<mpsc::Sender<Job>>,
+    /// Every worker started, joined on shutdown.
+    workers: Vec<thread::JoinHandle<()>>,
     running: u32,
     draining: bool,
+    stopped: bool,
 }
 
 impl State {
@@ -216,7 +234,6 @@ impl PluginModel for EchoModel {
                 self.settings.queue
             )));
         }
-        state.requests.insert(request.id, cancel.clone());
         let job = Job {
             id: request.id,
             words,
@@ -230,17 +247,45 @@ impl PluginModel for EchoModel {
                 )
             }),
             delay: Duration::from_millis(self.settings.token_delay_ms),
-            slots: self.settings.slots,
             kv_held: Cell::new(0),
-            cancel,
+            cancel: cancel.clone(),
             sink,
             shared: self.shared.clone(),
         };
-        let handle = thread::Builder::new()
-            .name(format!("echo-{}", request.id))
-            .spawn(move || job.run())
-            .map_err(|e| PluginError::internal(format!("cannot start worker: {e}")))?;
-        state.workers.insert(request.id, handle);
+        // Nothing to wait for: answered here, never queued (so never waiting for a worker).
+        if job.delay.is_zero() && !self.settings.pool {
+            state.requests.insert(request.id, cancel);
+            state.running += 1;
+            drop(state);
+            job.run();
+            let mut state = self.shared.state.lock().unwrap();
+            state.requests.remove(&job.id);
+            state.running -= 1;
+            return Ok(());
+        }
+        if state.running >= self.settings.slots {
+            state.requests.insert(request.id, cancel);
+            state.queue.push_back(job);
+            return Ok(());
+        }
+        let job = match state.idle.pop() {
+            Some(worker) => match worker.send(job) {
+                Ok(()) => None,
+                // A worker that is gone (it cannot be: workers exit only when stopped).
+                Err(mpsc::SendError(job)) => Some(job),
+            },
+            None => Some(job),
+        };
+        if let Some(job) = job {
+            let shared = self.shared.clone();
+            let handle = thread::Builder::new()
+                .name("echo-worker".into())
+                .spawn(move || worker(shared, job))
+                .map_err(|e| PluginError::internal(format!("cannot start worker: {e}")))?;
+            state.workers.push(handle);
+        }
+        state.requests.insert(request.id, cancel);
+        state.running += 1;
         Ok(())
     }
 
@@ -259,15 +304,22 @@ impl PluginModel for EchoModel {
     }
 
     fn cancel(&self, request_id: u64) -> bool {
-        let state = self.shared.state.lock().unwrap();
-        match state.requests.get(&request_id) {
-            Some(flag) => {
-                flag.store(true, Ordering::SeqCst);
-                self.shared.slot_freed.notify_all();
-                true
-            }
-            None => false,
+        let mut state = self.shared.state.lock().unwrap();
+        let Some(flag) = state.requests.get(&request_id) else {
+            return false;
+        };
+        flag.store(true, Ordering::SeqCst);
+        // A queued request ends at once; a running one at its worker's next token.
+        if let Some(at) = state.queue.iter().position(|job| job.id == request_id) {
+            let job = state
+                .queue
+                .remove(at)
+                .expect("the position is in the queue");
+            state.requests.remove(&request_id);
+            drop(state);
+            job.cancelled();
         }
+        true
     }
 
     fn stats(&self) -> ModelStats {
@@ -275,7 +327,7 @@ impl PluginModel for EchoModel {
         ModelStats {
             running: state.running,
             queued: state.queued(),
-            free_slots: self.settings.slots - state.running,
+            free_slots: self.settings.slots.saturating_sub(state.running),
             adapters: vec![AdapterRows {
                 adapter: "base".into(),
                 rows: state.running,
@@ -304,17 +356,51 @@ impl PluginModel for EchoModel {
     }
 
     fn shutdown(&self) {
-        let workers: Vec<_> = {
+        let (queued, workers) = {
             let mut state = self.shared.state.lock().unwrap();
             state.draining = true;
+            state.stopped = true;
             for flag in state.requests.values() {
                 flag.store(true, Ordering::SeqCst);
             }
-            state.workers.drain().map(|(_, h)| h).collect()
+            let queued: Vec<Job> = state.queue.drain(..).collect();
+            for job in &queued {
+                state.requests.remove(&job.id);
+            }
+            // Dropping an idle worker's sender ends it; a busy one ends after its request.
+            state.idle.clear();
+            (queued, std::mem::take(&mut state.workers))
         };
-        self.shared.slot_freed.notify_all();
+        for job in queued {
+            job.cancelled();
+        }
         for worker in workers {
             let _ = worker.join();
+        }
+    }
+}
+
+/// One worker thread: runs `job`, then the queued ones, then waits to be handed the next.
+fn worker(shared: Arc<Shared>, mut job: Job) {
+    loop {
+        job.run();
+        let mut state = shared.state.lock().unwrap();
+        state.requests.remove(&job.id);
+        if let Some(next) = state.queue.pop_front() {
+            job = next;
+            continue;
+        }
+        state.running -= 1;
+        if state.stopped {
+            return;
+        }
+        // Only the idle list holds the sender, so clearing it (shutdown) ends this thread.
+        let (tx, rx) = mpsc::channel();
+        state.idle.push(tx);
+        drop(state);
+        match rx.recv() {
+            Ok(next) => job = next,
+            Err(mpsc::RecvError) => return,
         }
     }
 }
@@ -331,12 +417,7 @@ impl EchoModel {
         let prompt_tokens = words.len() as u32;
         sink.send(Event::Started { prompt_tokens });
         for (i, word) in words.iter().enumerate() {
-            let piece = if i == 0 {
-                word.clone()
-            } else {
-                format!(" {word}")
-            };
-            sink.send(token_event(i as u32, piece, logprobs));
+            sink.send(token_event(i as u32, piece(i, None, word), logprobs));
         }
         let usage = Usage {
             prompt_tokens,
@@ -362,7 +443,7 @@ impl EchoModel {
             )));
         }
         let modality = request.modality();
-        let accepted = manifest(self.flavour).models[0].accepts(request.endpoint, modality);
+        let accepted = self.kind.accepts(request.endpoint, modality);
         if !accepted {
             return Err(PluginError::new(
                 switchyard_plugin_api::ErrorKind::Unsupported,
@@ -409,7 +490,6 @@ struct Job {
     logprobs: Option<u8>,
     prefix: Option<String>,
     delay: Duration,
-    slots: u32,
     /// This request's share of [`Shared::kv_used`].
     kv_held: Cell<u64>,
     cancel: Arc<AtomicBool>,
@@ -418,40 +498,22 @@ struct Job {
 }
 
 impl Job {
-    fn run(self) {
-        if !self.wait_for_slot() {
-            self.sink.send(Event::Finished {
-                reason: FinishReason::Cancelled,
-                usage: Usage::default(),
-            });
-            self.release(false);
-            return;
+    /// Streams the answer on the worker's thread; its slot is the caller's to give back.
+    fn run(&self) {
+        if self.cancel.load(Ordering::SeqCst) {
+            return self.cancelled();
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stream()));
         if let Err(payload) = outcome {
-            // A worker must never die silently: the host waits for a terminal event.
+            // A request must never end silently: the host waits for a terminal event.
             self.sink.send(Event::Failed(PluginError::from_panic(
                 "echo worker",
                 payload,
             )));
         }
-        self.release(true);
-    }
-
-    /// Waits until a slot is free. Returns false when cancelled while queued.
-    fn wait_for_slot(&self) -> bool {
-        let mut state = self.shared.state.lock().unwrap();
-        while state.running >= self.slots {
-            if self.cancel.load(Ordering::SeqCst) {
-                return false;
-            }
-            state = self.shared.slot_freed.wait(state).unwrap();
-        }
-        if self.cancel.load(Ordering::SeqCst) {
-            return false;
-        }
-        state.running += 1;
-        true
+        self.shared
+            .kv_used
+            .fetch_sub(self.kv_held.replace(0), Ordering::Relaxed);
     }
 
     fn hold_kv(&self, positions: u64) {
@@ -459,19 +521,12 @@ impl Job {
         self.shared.kv_used.fetch_add(positions, Ordering::Relaxed);
     }
 
-    fn release(&self, held_slot: bool) {
-        self.shared
-            .kv_used
-            .fetch_sub(self.kv_held.replace(0), Ordering::Relaxed);
-        let mut state = self.shared.state.lock().unwrap();
-        if held_slot {
-            state.running -= 1;
-        }
-        state.requests.remove(&self.id);
-        // The handle of a finished worker is dropped (detached); shutdown joins the rest.
-        state.workers.remove(&self.id);
-        drop(state);
-        self.shared.slot_freed.notify_all();
+    /// The end of a request cancelled before it ran.
+    fn cancelled(&self) {
+        self.sink.send(Event::Finished {
+            reason: FinishReason::Cancelled,
+            usage: Usage::default(),
+        });
     }
 
     fn stream(&self) {
@@ -502,25 +557,21 @@ impl Job {
                 )));
                 return;
             }
-            let mut piece = if i == 0 {
-                word.clone()
-            } else {
-                format!(" {word}")
-            };
-            if let Some(prefix) = &self.prefix {
-                piece = format!("{}{prefix}{}", if i == 0 { "" } else { " " }, word);
-            }
-            text.push_str(&piece);
-            if self
-                .stop
-                .iter()
-                .any(|s| !s.is_empty() && text.contains(s.as_str()))
-            {
-                return self.finish(FinishReason::Stop, prompt_tokens, sent);
+            let piece = piece(i, self.prefix.as_deref(), word);
+            // The text so far matters only to stop strings.
+            if !self.stop.is_empty() {
+                text.push_str(&piece);
+                if self
+                    .stop
+                    .iter()
+                    .any(|s| !s.is_empty() && text.contains(s.as_str()))
+                {
+                    return self.finish(FinishReason::Stop, prompt_tokens, sent);
+                }
             }
             self.hold_kv(1);
             if !self.sink.send(token_event(i as u32, piece, self.logprobs)) {
-                return; // the client is gone; release() frees the slot
+                return; // the client is gone; whoever ran the job frees its slot
             }
             sent += 1;
         }
@@ -536,6 +587,19 @@ impl Job {
             },
         });
     }
+}
+
+/// The text of token `i`: the word, after a space unless it is the first, after the tag prefix
+/// when there is one.
+fn piece(i: usize, prefix: Option<&str>, word: &str) -> String {
+    let prefix = prefix.unwrap_or("");
+    let mut piece = String::with_capacity(1 + prefix.len() + word.len());
+    if i > 0 {
+        piece.push(' ');
+    }
+    piece.push_str(prefix);
+    piece.push_str(word);
+    piece
 }
 
 /// One echoed word; with log probabilities when asked: a point mass, logprob 0, no other

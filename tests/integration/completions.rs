@@ -206,7 +206,7 @@ kind = "echo"
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert_eq!(body["error"]["type"], "unsupported", "{body}");
+    assert_eq!(body["error"]["code"], "unsupported", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("2.0") && message.contains("2.1"),

@@ -186,7 +186,7 @@ fn abi_cost() -> (Duration, Duration) {
             .map_err(|r| format!("{r:?}"))
             .unwrap();
         let mut count = 0;
-        while let Ok(event) = events.try_recv() {
+        while let Some(event) = events.try_recv() {
             count += 1;
             if matches!(event, switchyard_plugin_api::Event::Finished { .. }) {
                 admission.mark_finished();

@@ -4,12 +4,12 @@
 
 use crate::{
     config::{ModelConfig, RequestLimits, ServerConfig},
-    metrics::{LoraInfo, ServedLabels},
+    metrics::{InstanceSeries, LoraInfo, Metrics, ServedBy, ServedLabels},
     registry::LoadedPlugin,
     sink::{self, EventReceiver, SinkLimits},
 };
 use abi_stable::std_types::{ROption, RResult};
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use serde::Serialize;
 use std::{
     sync::{
@@ -187,6 +187,8 @@ pub struct Instance {
     served_labels: ArcSwap<ServedLabels>,
     /// What `vllm:lora_requests_info` last showed, with the time it changed.
     lora: Mutex<Option<LoraInfo>>,
+    /// What [`Instance::request_series`] resolved last, for the served labels it holds.
+    request_series: ArcSwapOption<InstanceSeries>,
 }
 
 /// Why an instance did not take a request.
@@ -261,11 +263,30 @@ impl Instance {
                 instance: config.name.as_str().into(),
             }),
             lora: Mutex::new(None),
+            request_series: ArcSwapOption::empty(),
         }
     }
 
     pub fn served_labels(&self) -> Arc<ServedLabels> {
         self.served_labels.load_full()
+    }
+
+    /// The series this instance's requests write to, resolved in `metrics` once per set of
+    /// served names (they change only on a reload), not per request.
+    pub fn request_series(&self, metrics: &Metrics) -> Arc<InstanceSeries> {
+        let served = self.served_labels.load();
+        if let Some(cached) = &*self.request_series.load() {
+            if Arc::ptr_eq(&cached.served, &*served) {
+                return cached.clone();
+            }
+        }
+        let served_by = ServedBy {
+            instance: self.name.as_str().into(),
+            plugin_version: self.plugin.version().to_string().into(),
+        };
+        let series = Arc::new(metrics.instance_series(Arc::clone(&*served), served_by));
+        self.request_series.store(Some(series.clone()));
+        series
     }
 
     /// Serves this instance under `names` (see `ValidConfig::served_names`).

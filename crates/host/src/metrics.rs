@@ -24,7 +24,11 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use std::{fmt::Write, sync::atomic::AtomicU64, time::Duration};
+use std::{
+    fmt::Write,
+    sync::{atomic::AtomicU64, Arc},
+    time::Duration,
+};
 
 /// The `model` label of a request whose requested model name matches no route or instance.
 pub const UNKNOWN_MODEL: &str = "unknown";
@@ -152,7 +156,8 @@ pub struct LoraInfo {
 /// How a request that reached an instance ended.
 #[derive(Debug)]
 pub struct RequestEnd<'a> {
-    pub served_by: &'a ServedBy,
+    /// The serving instance's series.
+    pub series: &'a InstanceSeries,
     pub model: &'a str,
     pub endpoint: &'static str,
     /// HTTP-like: 200, the error's status, or 499 when the client went away.
@@ -199,9 +204,12 @@ pub struct InstanceGauges {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// The counters and histograms. Cloning shares them.
+/// The counters and histograms. Cloning shares them (one reference count: every request holds
+/// a clone).
 #[derive(Clone)]
-pub struct Metrics {
+pub struct Metrics(Arc<Families>);
+
+struct Families {
     requests: Family<RequestLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     latency: HistogramFamily<ServedBy>,
@@ -254,9 +262,28 @@ impl VllmFamilies {
     }
 }
 
-/// One instance's `vllm:*` request series, looked up once per request so that a token costs an
-/// atomic add and a histogram observation, not a label lookup.
-#[derive(Clone)]
+/// What one instance's requests write to, resolved once for its labels (see
+/// [`Metrics::instance_series`]): a request then costs no label look-up, a token an atomic add
+/// and a histogram observation.
+#[derive(Debug)]
+pub struct InstanceSeries {
+    /// The `vllm:*` labels these series were resolved for.
+    pub served: Arc<ServedLabels>,
+    pub served_by: ServedBy,
+    pub vllm: RequestSeries,
+    time_to_first_token: Histogram,
+    latency: Histogram,
+}
+
+impl InstanceSeries {
+    /// The first token came, `after` the request arrived (`switchyard_time_to_first_token`).
+    pub fn first_token(&self, after: Duration) {
+        self.time_to_first_token.observe(after.as_secs_f64());
+    }
+}
+
+/// One instance's `vllm:*` request series.
+#[derive(Clone, Debug)]
 pub struct RequestSeries {
     prompt_tokens: Counter,
     generation_tokens: Counter,
@@ -297,40 +324,44 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        Self {
+        Self(Arc::new(Families {
             requests: Family::default(),
             errors: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             time_to_first_token: Family::new_with_constructor(latency_histogram),
             reloads: Family::default(),
             vllm: VllmFamilies::new(),
-        }
+        }))
     }
 
-    /// The `vllm:*` request series of the instance labelled `served`.
-    pub fn request_series(&self, served: &ServedLabels) -> RequestSeries {
-        let v = &self.vllm;
-        RequestSeries {
-            prompt_tokens: v.prompt_tokens.get_or_create(served).clone(),
-            generation_tokens: v.generation_tokens.get_or_create(served).clone(),
-            time_to_first_token: v.time_to_first_token.get_or_create(served).clone(),
-            time_per_output_token: v.time_per_output_token.get_or_create(served).clone(),
-            e2e_latency: v.e2e_latency.get_or_create(served).clone(),
+    /// The series an instance's requests write to, for its labels `served` and `served_by`.
+    /// Instances resolve them once and keep them (see `Instance::request_series`).
+    pub fn instance_series(
+        &self,
+        served: Arc<ServedLabels>,
+        served_by: ServedBy,
+    ) -> InstanceSeries {
+        let v = &self.0.vllm;
+        let key = &*served;
+        InstanceSeries {
+            vllm: RequestSeries {
+                prompt_tokens: v.prompt_tokens.get_or_create(key).clone(),
+                generation_tokens: v.generation_tokens.get_or_create(key).clone(),
+                time_to_first_token: v.time_to_first_token.get_or_create(key).clone(),
+                time_per_output_token: v.time_per_output_token.get_or_create(key).clone(),
+                e2e_latency: v.e2e_latency.get_or_create(key).clone(),
+            },
+            time_to_first_token: self.0.time_to_first_token.get_or_create(&served_by).clone(),
+            latency: self.0.latency.get_or_create(&served_by).clone(),
+            served,
+            served_by,
         }
-    }
-
-    pub fn first_token(&self, served_by: &ServedBy, after: Duration) {
-        self.time_to_first_token
-            .get_or_create(served_by)
-            .observe(after.as_secs_f64());
     }
 
     pub fn request_ended(&self, end: &RequestEnd<'_>) {
-        self.latency
-            .get_or_create(end.served_by)
-            .observe(end.duration.as_secs_f64());
+        end.series.latency.observe(end.duration.as_secs_f64());
         self.count(
-            end.served_by,
+            &end.series.served_by,
             end.model,
             end.endpoint,
             end.status,
@@ -351,7 +382,8 @@ impl Metrics {
         status: u16,
         error: Option<&str>,
     ) {
-        self.requests
+        self.0
+            .requests
             .get_or_create(&RequestLabels {
                 instance: served_by.instance.clone(),
                 plugin_version: served_by.plugin_version.clone(),
@@ -361,7 +393,8 @@ impl Metrics {
             })
             .inc();
         if let Some(kind) = error {
-            self.errors
+            self.0
+                .errors
                 .get_or_create(&ErrorLabels {
                     instance: served_by.instance.clone(),
                     plugin_version: served_by.plugin_version.clone(),
@@ -373,7 +406,7 @@ impl Metrics {
 
     pub fn reload(&self, ok: bool) {
         let result = if ok { "ok" } else { "failed" };
-        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+        self.0.reloads.get_or_create(&ReloadLabels { result }).inc();
     }
 
     /// The text exposition: the `vllm:*` families, then the `switchyard_*` counters and gauges
@@ -387,25 +420,25 @@ impl Metrics {
         registry.register(
             "requests",
             "Requests answered, by model, instance, plugin version and status",
-            self.requests.clone(),
+            self.0.requests.clone(),
         );
         registry.register(
             "request_errors",
             "Failed requests by instance and error kind",
-            self.errors.clone(),
+            self.0.errors.clone(),
         );
         registry.register(
             "request_duration_seconds",
             "Time from admission to the last byte",
-            self.latency.clone(),
+            self.0.latency.clone(),
         );
         registry.register(
             "time_to_first_token_seconds",
             "Time from admission to the first token",
-            self.time_to_first_token.clone(),
+            self.0.time_to_first_token.clone(),
         );
         let reloads_help = "Configuration reloads by result";
-        registry.register("reloads", reloads_help, self.reloads.clone());
+        registry.register("reloads", reloads_help, self.0.reloads.clone());
 
         for (name, help, value) in PER_INSTANCE {
             let family = Family::<InstanceLabels, Gauge>::default();
@@ -507,7 +540,7 @@ impl Metrics {
         }
         let lora_help = "Resident and waiting LoRA adapters; the value is when they last changed";
         registry.register("vllm:lora_requests_info", lora_help, lora);
-        let v = &self.vllm;
+        let v = &self.0.vllm;
         let prompt_help = "Prompt tokens taken into the model";
         registry.register("vllm:prompt_tokens", prompt_help, v.prompt_tokens.clone());
         registry.register(
@@ -559,6 +592,13 @@ const PER_INSTANCE: [PerInstanceGauge; 4] = [
 mod tests {
     use super::*;
 
+    fn served() -> ServedLabels {
+        ServedLabels {
+            model_name: "chat".into(),
+            instance: "a".into(),
+        }
+    }
+
     fn served_by() -> ServedBy {
         ServedBy {
             instance: "a".into(),
@@ -569,8 +609,9 @@ mod tests {
     #[test]
     fn labels_keep_their_wire_order_and_refusals_have_no_instance() {
         let metrics = Metrics::new();
+        let series = metrics.instance_series(Arc::new(served()), served_by());
         metrics.request_ended(&RequestEnd {
-            served_by: &served_by(),
+            series: &series,
             model: "chat",
             endpoint: "chat",
             status: 499,
@@ -607,8 +648,9 @@ mod tests {
             instance: hostile.into(),
             plugin_version: "1".into(),
         };
+        let series = metrics.instance_series(Arc::new(served()), served_by);
         metrics.request_ended(&RequestEnd {
-            served_by: &served_by,
+            series: &series,
             model: hostile,
             endpoint: "chat",
             status: 200,
@@ -713,7 +755,7 @@ mod tests {
             model_name: "chat,assistant".into(),
             instance: "a".into(),
         };
-        let series = metrics.request_series(&served);
+        let series = metrics.instance_series(Arc::new(served), served_by()).vllm;
         series.prompt(7);
         series.token(true, Duration::from_millis(30));
         series.token(false, Duration::from_millis(60));

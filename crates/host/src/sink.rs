@@ -22,12 +22,12 @@
 //! itself, so this cannot grow without end.
 
 use std::{
+    collections::VecDeque,
     sync::{Arc, Condvar, Mutex},
-    task::{Context, Poll},
+    task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
 use switchyard_plugin_api::{Event, EventSink, EventSinkBox, EventSink_TO};
-use tokio::sync::mpsc;
 
 /// How many events may wait unread per request, and how long a plugin's `send` may block.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,36 +45,45 @@ impl Default for SinkLimits {
     }
 }
 
-/// What the sink and the receiver share: the number of unread events, and whether the
-/// receiver is gone.
-struct Window {
-    state: Mutex<WindowState>,
-    changed: Condvar,
+/// What the sink and the receiver share. One lock per event on each side, and no other
+/// synchronisation: a short request's dozen events were a noticeable share of its cost when
+/// each also went through a channel of its own.
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a blocked sender may go on: room in the window, or the receiver gone.
+    room: Condvar,
 }
 
 #[derive(Default)]
-struct WindowState {
-    unread: usize,
+struct State {
+    unread: VecDeque<Event>,
+    /// The receiver is gone (the client disconnected).
     closed: bool,
-    /// Senders blocked on a full window. The reader wakes them only when there are some: a
+    /// The sink is gone: after the unread events, the stream ends.
+    ended: bool,
+    /// The reading task, waiting for an event.
+    reader: Option<Waker>,
+    /// Senders blocked on a full window. The reader signals `room` only when there are some: a
     /// condvar notification is a system call, and most events find nobody waiting.
     waiting: usize,
 }
 
 pub struct ChannelSink {
-    tx: mpsc::UnboundedSender<Event>,
-    window: Arc<Window>,
+    shared: Arc<Shared>,
     limits: SinkLimits,
 }
 
 impl EventSink for ChannelSink {
     fn send(&self, event: Event) -> bool {
-        let on_async_thread = tokio::runtime::Handle::try_current().is_ok();
-        let mut state = self.window.state.lock().unwrap();
-        if !on_async_thread && !state.closed && state.unread >= self.limits.capacity {
+        let mut state = self.shared.state.lock().unwrap();
+        // On one of the host's async threads the reader may be this very thread: never block.
+        if !state.closed
+            && state.unread.len() >= self.limits.capacity
+            && tokio::runtime::Handle::try_current().is_err()
+        {
             let until = Instant::now() + self.limits.send_timeout;
             state.waiting += 1;
-            while !state.closed && state.unread >= self.limits.capacity {
+            while !state.closed && state.unread.len() >= self.limits.capacity {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     state.waiting -= 1;
@@ -84,49 +93,69 @@ impl EventSink for ChannelSink {
                     );
                     return false;
                 }
-                state = self.window.changed.wait_timeout(state, left).unwrap().0;
+                state = self.shared.room.wait_timeout(state, left).unwrap().0;
             }
             state.waiting -= 1;
         }
         if state.closed {
             return false;
         }
-        state.unread += 1;
+        state.unread.push_back(event);
+        let reader = state.reader.take();
         drop(state);
-        self.tx.send(event).is_ok()
+        if let Some(reader) = reader {
+            reader.wake();
+        }
+        true
+    }
+}
+
+impl Drop for ChannelSink {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock().unwrap();
+        state.ended = true;
+        let reader = state.reader.take();
+        drop(state);
+        if let Some(reader) = reader {
+            reader.wake();
+        }
     }
 }
 
 /// The handler's end of a request's events.
 pub struct EventReceiver {
-    rx: mpsc::UnboundedReceiver<Event>,
-    window: Arc<Window>,
+    shared: Arc<Shared>,
 }
 
 impl EventReceiver {
+    /// The next event; `None` once the plugin dropped its sink and every event was read.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        let event = std::task::ready!(self.rx.poll_recv(cx));
-        if event.is_some() {
-            self.read_one();
+        let mut state = self.shared.state.lock().unwrap();
+        match self.take(&mut state) {
+            Some(event) => Poll::Ready(Some(event)),
+            None if state.ended => Poll::Ready(None),
+            None => {
+                match &mut state.reader {
+                    Some(waker) => waker.clone_from(cx.waker()),
+                    None => state.reader = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
         }
-        Poll::Ready(event)
     }
 
     /// The next event if one is there (for callers outside an async context).
-    pub fn try_recv(&mut self) -> Result<Event, mpsc::error::TryRecvError> {
-        let event = self.rx.try_recv()?;
-        self.read_one();
-        Ok(event)
+    pub fn try_recv(&mut self) -> Option<Event> {
+        let mut state = self.shared.state.lock().unwrap();
+        self.take(&mut state)
     }
 
-    fn read_one(&self) {
-        let mut state = self.window.state.lock().unwrap();
-        state.unread = state.unread.saturating_sub(1);
-        let waiting = state.waiting > 0;
-        drop(state);
-        if waiting {
-            self.window.changed.notify_all();
+    fn take(&self, state: &mut State) -> Option<Event> {
+        let event = state.unread.pop_front()?;
+        if state.waiting > 0 {
+            self.shared.room.notify_all();
         }
+        Some(event)
     }
 
     pub async fn recv(&mut self) -> Option<Event> {
@@ -136,30 +165,31 @@ impl EventReceiver {
 
 impl Drop for EventReceiver {
     fn drop(&mut self) {
-        let mut state = self.window.state.lock().unwrap();
+        let mut state = self.shared.state.lock().unwrap();
         state.closed = true;
+        // The events still unread go now, not when the plugin drops its sink.
+        let unread = std::mem::take(&mut state.unread);
         let waiting = state.waiting > 0;
         drop(state);
         if waiting {
-            self.window.changed.notify_all();
+            self.shared.room.notify_all();
         }
+        drop(unread);
     }
 }
 
 /// A sink for the plugin and the receiver for the handler.
 pub fn channel(limits: SinkLimits) -> (EventSinkBox, EventReceiver) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let window = Arc::new(Window {
-        state: Mutex::new(WindowState::default()),
-        changed: Condvar::new(),
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State::default()),
+        room: Condvar::new(),
     });
     let sink = ChannelSink {
-        tx,
-        window: window.clone(),
+        shared: shared.clone(),
         limits,
     };
     let sink = EventSink_TO::from_value(sink, abi_stable::sabi_trait::TD_Opaque);
-    (sink, EventReceiver { rx, window })
+    (sink, EventReceiver { shared })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 use super::{error::ApiError, record::RequestRecord};
 use crate::{
     instance::{Admission, Instance, InstanceState, Refusal, Submission},
-    metrics::{Metrics, ServedBy},
+    metrics::Metrics,
     sink::EventReceiver,
 };
 use abi_stable::std_types::RString;
@@ -142,13 +142,8 @@ impl EventStream {
         let endpoint = submission.endpoint_name();
         let logprobs_wanted = submission.request.logprobs.is_some();
         let (admission, events) = instance.submit(submission)?;
-        let served_by = ServedBy {
-            instance: instance.name.clone().into(),
-            plugin_version: instance.plugin.version().to_string().into(),
-        };
-        let series = metrics.request_series(&instance.served_labels());
-        let record =
-            RequestRecord::new(metrics.clone(), served_by, series, model, endpoint, started);
+        let series = instance.request_series(metrics);
+        let record = RequestRecord::new(metrics.clone(), series, model, endpoint, started);
         Ok(Self {
             admission,
             events,

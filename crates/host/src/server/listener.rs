@@ -25,7 +25,7 @@ use axum::{
 };
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::{sync::Arc, time::Duration};
+use std::{sync::Arc, task::Poll, time::Duration};
 use tokio::{net::TcpListener, sync::Semaphore};
 use tower::ServiceExt;
 
@@ -140,7 +140,15 @@ pub async fn read_body_within(
         return too_large();
     }
     let limited = http_body_util::Limited::new(body, limits.max_body_bytes);
-    let bytes = match tokio::time::timeout(limits.body_read_timeout, limited.collect()).await {
+    // A small body has usually arrived with its headers: one poll reads it, and the timer (a
+    // registration in tokio's wheel and its removal, most of this layer's cost) is armed only
+    // for a body still on its way.
+    let mut collect = std::pin::pin!(limited.collect());
+    let read = match futures_util::poll!(collect.as_mut()) {
+        Poll::Ready(read) => Ok(read),
+        Poll::Pending => tokio::time::timeout(limits.body_read_timeout, collect).await,
+    };
+    let bytes = match read {
         Err(_) => {
             let message = format!(
                 "the request body did not arrive within body_read_timeout_secs = {}",

@@ -1,17 +1,16 @@
 //! Per-request bookkeeping for metrics: one record per admitted request, written when it is
 //! dropped, however the request ends (finished, failed, or dropped because the client went away).
 
-use crate::metrics::{Metrics, RequestEnd, RequestSeries, ServedBy};
-use std::time::Instant;
+use crate::metrics::{InstanceSeries, Metrics, RequestEnd};
+use std::{sync::Arc, time::Instant};
 
 /// The HTTP-like status of a request whose client went away before it ended.
 const CLIENT_CLOSED: u16 = 499;
 
 pub struct RequestRecord {
     metrics: Metrics,
-    served_by: ServedBy,
-    /// The instance's `vllm:*` series.
-    series: RequestSeries,
+    /// The serving instance's series.
+    series: Arc<InstanceSeries>,
     model: String,
     endpoint: &'static str,
     started: Instant,
@@ -25,15 +24,13 @@ pub struct RequestRecord {
 impl RequestRecord {
     pub fn new(
         metrics: Metrics,
-        served_by: ServedBy,
-        series: RequestSeries,
+        series: Arc<InstanceSeries>,
         model: &str,
         endpoint: &'static str,
         started: Instant,
     ) -> Self {
         Self {
             metrics,
-            served_by,
             series,
             model: model.into(),
             endpoint,
@@ -46,7 +43,7 @@ impl RequestRecord {
 
     /// The plugin took the prompt in (`Event::Started`).
     pub fn started(&mut self, prompt_tokens: u32) {
-        self.series.prompt(prompt_tokens);
+        self.series.vllm.prompt(prompt_tokens);
     }
 
     pub fn token(&mut self) {
@@ -54,10 +51,10 @@ impl RequestRecord {
         match self.last_token.replace(now) {
             None => {
                 let after = now - self.started;
-                self.metrics.first_token(&self.served_by, after);
-                self.series.token(true, after);
+                self.series.first_token(after);
+                self.series.vllm.token(true, after);
             }
-            Some(previous) => self.series.token(false, now - previous),
+            Some(previous) => self.series.vllm.token(false, now - previous),
         }
     }
 
@@ -77,9 +74,9 @@ impl Drop for RequestRecord {
             None if self.status == CLIENT_CLOSED => Some("client_closed"),
             kind => kind,
         };
-        self.series.ended(self.started.elapsed());
+        self.series.vllm.ended(self.started.elapsed());
         self.metrics.request_ended(&RequestEnd {
-            served_by: &self.served_by,
+            series: &self.series,
             model: &self.model,
             endpoint: self.endpoint,
             status: self.status,

@@ -166,3 +166,47 @@ fn generate_from_prompt_with_image_stops_at_eos_by_default() {
     // <|user|> + 669 image rows + the question + <|end|><|assistant|>.
     assert!(line["prompt_tokens"].as_u64().unwrap() > 669);
 }
+
+/// An image + audio chat through `--producer mlx`: MLX embeds the ids and runs the vision tower,
+/// the host backend keeps audio and the decoder; the same tokens and text as the reference.
+#[cfg(feature = "mlx")]
+#[test]
+fn generate_image_and_audio_with_the_mlx_producer() {
+    let case = "chat_image_audio_text";
+    let m = &manifest()["model_cases"]["cases"][case];
+    let tmp = tempfile::tempdir().unwrap();
+    let messages = tmp.path().join("messages.json");
+    std::fs::write(&messages, m["text_driven"]["messages"].to_string()).unwrap();
+    let (line, _) = generate(&[
+        "--model",
+        fixture().join("model-original").to_str().unwrap(),
+        "--producer",
+        "mlx",
+        "--messages",
+        messages.to_str().unwrap(),
+        "--image",
+        fixture().join("inputs/img_small.png").to_str().unwrap(),
+        "--audio",
+        fixture().join("inputs/audio_16k.wav").to_str().unwrap(),
+        "--max-new-tokens",
+        "8",
+        "--ignore-eos",
+    ]);
+    assert_eq!(line["tokens"], want_tokens(case));
+    assert_eq!(line["text"], m["text_driven"]["greedy_text"]);
+}
+
+/// No silent fallback: a build without the `mlx` feature refuses `--producer mlx` by name.
+#[cfg(not(feature = "mlx"))]
+#[test]
+fn generate_refuses_the_mlx_producer_without_the_feature() {
+    let out = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+        .args(["generate", "--producer", "mlx", "--model"])
+        .arg(fixture().join("model"))
+        .args(["--input-ids", "1,2,3", "--max-new-tokens", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("producer \"mlx\"") && err.contains("--features mlx"), "{err}");
+}

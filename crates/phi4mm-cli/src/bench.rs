@@ -27,6 +27,11 @@ pub struct BenchCheckpointArgs {
     /// Seed of the weight generator.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Give the checkpoint a real-dimension SigLIP tower (hidden 1152, MLP 4304, 16 heads) with
+    /// this many layers (the feature layer is the second to last, so one fewer run), for
+    /// `bench-vision`. Default: the tiny tower.
+    #[arg(long)]
+    vision_layers: Option<usize>,
 }
 
 #[derive(Args)]
@@ -143,7 +148,14 @@ fn write_safetensors(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<u8>)>) -
 pub fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
     let dir = &args.out;
     std::fs::create_dir_all(dir)?;
-    let cfg = bench_config();
+    let mut cfg = bench_config();
+    if let Some(layers) = args.vision_layers {
+        let v = &mut cfg["vision_config"];
+        v["hidden_size"] = json!(1152);
+        v["intermediate_size"] = json!(4304);
+        v["num_attention_heads"] = json!(16);
+        v["num_hidden_layers"] = json!(layers.max(2));
+    }
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
     std::fs::write(
         dir.join("generation_config.json"),

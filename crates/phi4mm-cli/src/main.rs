@@ -3,6 +3,7 @@
 mod batch;
 mod bench;
 mod bench_batch;
+mod bench_vision;
 mod cache;
 mod generate;
 
@@ -42,6 +43,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Benchmark batched decoding (batch 1, 8, mixed adapters), host and/or IREE backend.
     BenchBatch(bench_batch::BenchBatchArgs),
+    /// Benchmark the vision tower on one 1344×896 image: host, and MLX where built.
+    BenchVision(bench_vision::BenchVisionArgs),
     /// Inspect and clean the IREE artifact cache: ls, verify, gc.
     Cache(cache::Args),
 }
@@ -57,6 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
         Command::BenchBatch(args) => bench_batch::run(args),
+        Command::BenchVision(args) => bench_vision::run(args),
         Command::Cache(args) => cache::run(args),
     };
     match result {

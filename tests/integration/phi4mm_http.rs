@@ -233,7 +233,11 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, producer
                 .map(token_id)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(tokens(&replies[0]), tokens(&replies[1]), "{what}: token ids");
+        assert_eq!(
+            tokens(&replies[0]),
+            tokens(&replies[1]),
+            "{what}: token ids"
+        );
     }
     let status = server.status().await;
     let producers: Vec<(&str, &str)> = status["instances"]
@@ -242,7 +246,10 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, producer
         .iter()
         .map(|i| {
             let producer = &i["stats"]["details"]["producer"];
-            (i["name"].as_str().unwrap(), producer.as_str().unwrap_or("?"))
+            (
+                i["name"].as_str().unwrap(),
+                producer.as_str().unwrap_or("?"),
+            )
         })
         .collect();
     assert!(producers.contains(&("mlx", "mlx")), "{producers:?}");

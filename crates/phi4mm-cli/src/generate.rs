@@ -216,9 +216,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             let host: Arc<dyn MediaEncoders + Send + Sync> = model.clone();
             let (encoders, _) = backend::producer_encoders(producer, &ck, &model, host)?;
             let context = model.config.text.max_position_embeddings;
-            let prepared = model.install(|| {
-                model.prepare_with(&input, args.max_new_tokens, &*encoders, context)
-            })?;
+            let prepared = model
+                .install(|| model.prepare_with(&input, args.max_new_tokens, &*encoders, context))?;
             let out = greedy(
                 &HostBackend(model),
                 &prepared.embeds,

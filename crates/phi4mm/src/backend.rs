@@ -123,7 +123,12 @@ pub fn start(
         }
         // Without the `iree` feature, `resolve` never answers `Iree`.
         _ => {
-            let (media, producer) = with_producer(producer, ck, &model, HostBackend(model.clone()).media_stage())?;
+            let (media, producer) = with_producer(
+                producer,
+                ck,
+                &model,
+                HostBackend(model.clone()).media_stage(),
+            )?;
             let backend = Arc::new(HostBackend(model));
             let details = Arc::new(|| serde_json::json!({"backend": "host"}));
             run(backend, media, "host", producer, details, config, detok)

@@ -208,5 +208,8 @@ fn generate_refuses_the_mlx_producer_without_the_feature() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("producer \"mlx\"") && err.contains("--features mlx"), "{err}");
+    assert!(
+        err.contains("producer \"mlx\"") && err.contains("--features mlx"),
+        "{err}"
+    );
 }

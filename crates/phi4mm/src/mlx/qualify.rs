@@ -40,7 +40,11 @@ pub fn qualify(p: &MlxProducer) -> Result<(), MlxError> {
         .into_iter()
         .map(|i| i as u32)
         .collect();
-    compare("token embeddings", &p.embed(&ids)?, &p.host.decoder.embed(&ids))?;
+    compare(
+        "token embeddings",
+        &p.embed(&ids)?,
+        &p.host.decoder.embed(&ids),
+    )?;
     let image = probe_image(p);
     let mlx = p.encode_image(&image)?;
     let host = p.host.install(|| p.host.vision.encode(&image));

@@ -95,8 +95,7 @@ impl MlxVision {
             })
             .collect::<Result<_, MlxError>>()?;
         let sep = |name: &str| -> Result<Array, MlxError> {
-            Ok(w
-                .f32(&format!("{VISION_PREFIX}{name}"))?
+            Ok(w.f32(&format!("{VISION_PREFIX}{name}"))?
                 .reshape(&[1, config.hidden_size as i32])?)
         };
         let separators = ops::concatenate(
@@ -134,9 +133,10 @@ impl MlxVision {
 
         // Patches flattened as (channel, ky, kx), the conv weight's layout.
         let pixels = Array::from_slice(&image.pixel_values, &[crops, ch, grid, ps, grid, ps]);
-        let patches = pixels
-            .transpose_axes(&[0, 2, 4, 1, 3, 5])?
-            .reshape(&[crops, np, ch * ps * ps])?;
+        let patches =
+            pixels
+                .transpose_axes(&[0, 2, 4, 1, 3, 5])?
+                .reshape(&[crops, np, ch * ps * ps])?;
         let mut x = self.patch.forward(&patches)?;
 
         // NaViT positions and the key mask, per crop.
@@ -152,7 +152,10 @@ impl MlxVision {
             );
         }
         let pos = Array::from_slice(&pos, &[crops * np]);
-        let pos = self.position.take_axis(&pos, 0)?.reshape(&[crops, np, hid])?;
+        let pos = self
+            .position
+            .take_axis(&pos, 0)?
+            .reshape(&[crops, np, hid])?;
         x = ops::add(&x, &pos)?;
         let key_bias = Array::from_slice(&key_bias, &[crops, 1, 1, np]);
 
@@ -235,7 +238,10 @@ fn gelu_tanh(x: &Array) -> Result<Array, MlxError> {
 
 /// GELU, exact erf form (the projection MLP).
 fn gelu_erf(x: &Array) -> Result<Array, MlxError> {
-    let e = erf(ops::multiply(x, Array::from_f32(std::f32::consts::FRAC_1_SQRT_2))?)?;
+    let e = erf(ops::multiply(
+        x,
+        Array::from_f32(std::f32::consts::FRAC_1_SQRT_2),
+    )?)?;
     Ok(ops::multiply(
         ops::multiply(Array::from_f32(0.5), x)?,
         ops::add(Array::from_f32(1.0), &e)?,

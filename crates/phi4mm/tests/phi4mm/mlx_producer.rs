@@ -123,13 +123,20 @@ fn the_view_is_filtered() {
         .any(|n| n.ends_with("img_projection_up.weight")));
     for n in &names {
         assert!(
-            !n.starts_with("model.layers.") && !n.contains("audio_embed") && *n != "model.norm.weight",
+            !n.starts_with("model.layers.")
+                && !n.contains("audio_embed")
+                && *n != "model.norm.weight",
             "{n} should not be on MLX"
         );
     }
     let wanted = ck.tensor_names().filter(|n| in_view(n)).count();
     assert_eq!(names.len(), wanted);
-    assert!(names.len() < ck.tensor_names().count() / 2, "{} of {}", names.len(), ck.tensor_names().count());
+    assert!(
+        names.len() < ck.tensor_names().count() / 2,
+        "{} of {}",
+        names.len(),
+        ck.tensor_names().count()
+    );
 }
 
 /// The qualification's probe on both sides, and its comparison refusing a difference over the

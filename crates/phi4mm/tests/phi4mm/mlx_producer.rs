@@ -167,3 +167,25 @@ fn out_of_vocabulary_id_is_refused() {
     assert!(err.contains("outside the vocabulary"), "{err}");
     assert_eq!(mlx.embed(&[3, 5]).unwrap(), host.decoder.embed(&[3, 5]));
 }
+
+/// A crop with every patch masked: the host gives all-zero attention rows (not NaN), and so must
+/// MLX.
+#[test]
+fn fully_masked_crop_matches_host() {
+    let ck = Checkpoint::open(&fixture().join("model")).expect("fixture checkpoint");
+    let host = Arc::new(Phi4mm::load(&ck, 2));
+    let mlx = MlxProducer::start(&ck, host.clone(), host.clone()).expect("MLX producer");
+    let mut img = image_input("img_small");
+    let np = img.patch_masks.len() / img.crops;
+    // The global crop: the useful grid is read from the sub-crops, so the token count holds.
+    img.patch_masks[..np].fill(0);
+    let got = mlx.encode_image(&img).expect("MLX encode");
+    let want = host.vision.encode(&img);
+    assert_eq!(got.tokens, want.tokens, "tokens");
+    check(
+        "masked crop features vs host",
+        &got.features,
+        &want.features,
+    );
+    check("masked crop embeds vs host", &got.embeds, &want.embeds);
+}

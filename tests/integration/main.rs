@@ -4,6 +4,8 @@
 mod cli;
 mod hardening;
 mod http_api;
+mod metrics_protocol;
+mod phi4mm_hardening;
 mod phi4mm_http;
 mod reload_failures;
 mod reload_triggers;

@@ -99,6 +99,24 @@ pub fn phi4mm_lib() -> PathBuf {
     )
 }
 
+/// A field of `/proc/<pid>/status` in kB (`VmRSS:`, `VmHWM:`, …).
+pub fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// Resets a process's peak resident memory (`VmHWM`) to its current resident memory, so the
+/// next peak is the peak of what follows (Linux's `clear_refs` value 5).
+pub fn reset_peak_rss(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .unwrap_or_else(|e| panic!("resetting the peak RSS of {pid}: {e}"));
+}
+
 /// A fresh private directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
 
@@ -502,4 +520,46 @@ pub fn machine_description() -> String {
         .map(|kb| kb / 1024.0 / 1024.0)
         .unwrap_or(0.0);
     format!("{model}, {cores} cores, {mem_gib:.0} GiB")
+}
+
+/// The Python of a virtual environment with `requirement` (pip's form, pinned) installed,
+/// created under the target directory on first use and reused after (`pip` is idempotent).
+/// Tests that need a real third-party client (a reference parser) run it through this, so they
+/// need nothing installed by hand but `python3` with `venv`.
+pub fn python_with(requirement: &str) -> PathBuf {
+    static MADE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let tag: String = requirement
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let venv = target_profile_dir()
+        .parent()
+        .expect("target/<profile>")
+        .join(format!("test-venv-{tag}"));
+    let python = venv.join("bin/python");
+    if made.iter().any(|r| r == requirement) {
+        return python;
+    }
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+    }
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        requirement,
+    ]));
+    made.push(requirement.to_string());
+    python
 }

@@ -359,6 +359,30 @@ impl ValidConfig {
         names
     }
 
+    /// The names `instance` is served under, comma-joined: the requested names of every route
+    /// whose backends or fallbacks name it, in config order, or the instance's own name when no
+    /// route does. The `model_name` label of its `vllm:*` metrics.
+    pub fn served_names(&self, instance: &str) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for route in self.routes() {
+            let backends = route.backends.iter().map(|b| b.model.as_str());
+            if backends
+                .chain(route.fallbacks.iter().map(String::as_str))
+                .any(|m| m == instance)
+            {
+                for name in &route.models {
+                    if !names.contains(&name.as_str()) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        if names.is_empty() {
+            return instance.to_string();
+        }
+        names.join(",")
+    }
+
     /// Only what a request for `model` can reach: the routes that answer it, and the models they
     /// and `model` itself name. Still valid, since every name a kept route uses is kept.
     pub fn reachable_from(&self, model: &str) -> Self {

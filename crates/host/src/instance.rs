@@ -4,20 +4,22 @@
 
 use crate::{
     config::{ModelConfig, RequestLimits, ServerConfig},
+    metrics::{LoraInfo, ServedLabels},
     registry::LoadedPlugin,
     sink::{self, EventReceiver, SinkLimits},
 };
 use abi_stable::std_types::{ROption, RResult};
+use arc_swap::ArcSwap;
 use serde::Serialize;
 use std::{
     sync::{
         atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering},
-        Arc, RwLock,
+        Arc, Mutex, RwLock,
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 use switchyard_plugin_api::{
-    Endpoint, Modality, ModelBox, ModelKindInfo, ModelStats, PluginError, Request,
+    Endpoint, Modality, ModelBox, ModelKindInfo, ModelResources, ModelStats, PluginError, Request,
 };
 use tokio::sync::Notify;
 
@@ -145,6 +147,11 @@ pub struct Instance {
     served: AtomicU64,
     idle: Notify,
     pub created: Instant,
+    /// The labels of its `vllm:*` series; the deployment that uses it sets them (a reload that
+    /// reuses it may serve it under other names).
+    served_labels: ArcSwap<ServedLabels>,
+    /// What `vllm:lora_requests_info` last showed, with the time it changed.
+    lora: Mutex<Option<LoraInfo>>,
 }
 
 /// Why an instance did not take a request.
@@ -214,7 +221,24 @@ impl Instance {
             served: AtomicU64::new(0),
             idle: Notify::new(),
             created: Instant::now(),
+            served_labels: ArcSwap::from_pointee(ServedLabels {
+                model_name: config.name.as_str().into(),
+                instance: config.name.as_str().into(),
+            }),
+            lora: Mutex::new(None),
         }
+    }
+
+    pub fn served_labels(&self) -> Arc<ServedLabels> {
+        self.served_labels.load_full()
+    }
+
+    /// Serves this instance under `names` (see `ValidConfig::served_names`).
+    pub fn set_served_names(&self, names: String) {
+        self.served_labels.store(Arc::new(ServedLabels {
+            model_name: names.into(),
+            instance: self.name.as_str().into(),
+        }));
     }
 
     pub fn state(&self) -> InstanceState {
@@ -338,6 +362,38 @@ impl Instance {
                 ..Default::default()
             },
         }
+    }
+
+    /// `vllm:lora_requests_info` for `resources`: `None` without adapters; else the adapters,
+    /// stamped with the Unix time they last changed (the first scrape that saw them so).
+    pub fn lora_info(&self, resources: &ModelResources) -> Option<LoraInfo> {
+        if resources.max_adapters == 0 && resources.resident_adapters.is_empty() {
+            return None;
+        }
+        let mut now = LoraInfo {
+            max_lora: resources.max_adapters,
+            running: resources.resident_adapters.join(","),
+            waiting: resources.waiting_adapters.join(","),
+            changed_at: 0.0,
+        };
+        let mut last = self.lora.lock().unwrap();
+        let unchanged = last
+            .as_ref()
+            .filter(|seen| {
+                (seen.max_lora, &seen.running, &seen.waiting)
+                    == (now.max_lora, &now.running, &now.waiting)
+            })
+            .map(|seen| seen.changed_at);
+        match unchanged {
+            Some(at) => now.changed_at = at,
+            None => {
+                now.changed_at = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                *last = Some(now.clone());
+            }
+        }
+        Some(now)
     }
 
     /// Stops admissions, waits for in-flight requests up to `deadline`, shuts the model down and

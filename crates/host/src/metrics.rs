@@ -5,6 +5,10 @@
 //! is never stale. This module knows nothing else of the host: every label set is a typed struct
 //! below, and the label order on the wire is the field order.
 //!
+//! Beside the `switchyard_*` families it writes the inference gateway's model-server protocol
+//! under vLLM's names, types and buckets (`vllm:*`, see `docs/operations.md`, "Metrics"), one
+//! series per instance labelled [`ServedLabels`], because endpoint pickers read those by default.
+//!
 //! Label values are safe by construction: every text value is a [`Label`], which escapes `\\`,
 //! `"` and newlines as the exposition format requires, and the callers only ever hand in names
 //! from the config or the plugin manifests (a requested model name that no route knows is
@@ -20,7 +24,7 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use std::{fmt::Write, time::Duration};
+use std::{fmt::Write, sync::atomic::AtomicU64, time::Duration};
 
 /// The `model` label of a request whose requested model name matches no route or instance.
 pub const UNKNOWN_MODEL: &str = "unknown";
@@ -117,6 +121,34 @@ struct StateLabels {
     state: &'static str,
 }
 
+/// The labels of every `vllm:*` series: the names the instance is served under (comma-joined,
+/// from the config) and the instance, so two instances behind one name stay two series.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServedLabels {
+    pub model_name: Label,
+    pub instance: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LoraLabels {
+    model_name: Label,
+    instance: Label,
+    max_lora: u32,
+    running_lora_adapters: Label,
+    waiting_lora_adapters: Label,
+}
+
+/// What `vllm:lora_requests_info` says of one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraInfo {
+    pub max_lora: u32,
+    /// Comma-joined adapter names.
+    pub running: String,
+    pub waiting: String,
+    /// Unix time (seconds) of the last change of the three above.
+    pub changed_at: f64,
+}
+
 /// How a request that reached an instance ended.
 #[derive(Debug)]
 pub struct RequestEnd<'a> {
@@ -143,8 +175,19 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct InstanceGauges {
     pub labels: InstanceLabels,
+    pub served: ServedLabels,
+    /// Replaced by a reload and still stopping: shown in the `switchyard_*` gauges only, since
+    /// its successor may carry the same `vllm:*` labels.
+    pub retiring: bool,
+    /// Fraction 0..=1 of the KV capacity in use (`vllm:kv_cache_usage_perc`).
+    pub kv_usage: f64,
+    /// `None` for an instance without adapters: no `vllm:lora_requests_info` series, as vLLM
+    /// without LoRA.
+    pub lora: Option<LoraInfo>,
     pub in_flight: u32,
+    /// Admitted by the plugin and not running yet (also `vllm:num_requests_waiting`).
     pub queued: u32,
+    /// In the plugin's execution batches (also `vllm:num_requests_running`).
     pub running: u32,
     pub free_slots: u32,
     /// Running rows per adapter name.
@@ -164,11 +207,86 @@ pub struct Metrics {
     latency: HistogramFamily<ServedBy>,
     time_to_first_token: HistogramFamily<ServedBy>,
     reloads: Family<ReloadLabels, Counter>,
+    vllm: VllmFamilies,
 }
 
 fn latency_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+// vLLM's buckets (vllm/v1/metrics/loggers.py), so dashboards and SLO queries written for vLLM
+// read the same here.
+const VLLM_TTFT_BUCKETS: [f64; 22] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+const VLLM_TPOT_BUCKETS: [f64; 19] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+const VLLM_E2E_BUCKETS: [f64; 21] = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// The per-request `vllm:*` families.
+#[derive(Clone)]
+struct VllmFamilies {
+    prompt_tokens: Family<ServedLabels, Counter>,
+    generation_tokens: Family<ServedLabels, Counter>,
+    time_to_first_token: HistogramFamily<ServedLabels>,
+    time_per_output_token: HistogramFamily<ServedLabels>,
+    e2e_latency: HistogramFamily<ServedLabels>,
+}
+
+impl VllmFamilies {
+    fn new() -> Self {
+        Self {
+            prompt_tokens: Family::default(),
+            generation_tokens: Family::default(),
+            time_to_first_token: Family::new_with_constructor(|| Histogram::new(VLLM_TTFT_BUCKETS)),
+            time_per_output_token: Family::new_with_constructor(|| {
+                Histogram::new(VLLM_TPOT_BUCKETS)
+            }),
+            e2e_latency: Family::new_with_constructor(|| Histogram::new(VLLM_E2E_BUCKETS)),
+        }
+    }
+}
+
+/// One instance's `vllm:*` request series, looked up once per request so that a token costs an
+/// atomic add and a histogram observation, not a label lookup.
+#[derive(Clone)]
+pub struct RequestSeries {
+    prompt_tokens: Counter,
+    generation_tokens: Counter,
+    time_to_first_token: Histogram,
+    time_per_output_token: Histogram,
+    e2e_latency: Histogram,
+}
+
+impl RequestSeries {
+    /// The prompt went into the model (`vllm:prompt_tokens`).
+    pub fn prompt(&self, tokens: u32) {
+        self.prompt_tokens.inc_by(tokens.into());
+    }
+
+    /// A token came out; `after` is the time since the request arrived for the first token,
+    /// and since the previous token for the others (vLLM's time per output token).
+    pub fn token(&self, first: bool, after: Duration) {
+        self.generation_tokens.inc();
+        let histogram = if first {
+            &self.time_to_first_token
+        } else {
+            &self.time_per_output_token
+        };
+        histogram.observe(after.as_secs_f64());
+    }
+
+    /// The request ended, after `duration` from its arrival.
+    pub fn ended(&self, duration: Duration) {
+        self.e2e_latency.observe(duration.as_secs_f64());
+    }
 }
 
 impl Default for Metrics {
@@ -185,6 +303,19 @@ impl Metrics {
             latency: Family::new_with_constructor(latency_histogram),
             time_to_first_token: Family::new_with_constructor(latency_histogram),
             reloads: Family::default(),
+            vllm: VllmFamilies::new(),
+        }
+    }
+
+    /// The `vllm:*` request series of the instance labelled `served`.
+    pub fn request_series(&self, served: &ServedLabels) -> RequestSeries {
+        let v = &self.vllm;
+        RequestSeries {
+            prompt_tokens: v.prompt_tokens.get_or_create(served).clone(),
+            generation_tokens: v.generation_tokens.get_or_create(served).clone(),
+            time_to_first_token: v.time_to_first_token.get_or_create(served).clone(),
+            time_per_output_token: v.time_per_output_token.get_or_create(served).clone(),
+            e2e_latency: v.e2e_latency.get_or_create(served).clone(),
         }
     }
 
@@ -245,11 +376,14 @@ impl Metrics {
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
     }
 
-    /// The text exposition: the counters, then the gauges of `snapshot`.
+    /// The text exposition: the `vllm:*` families, then the `switchyard_*` counters and gauges
+    /// of `snapshot`.
     pub fn render(&self, snapshot: &Snapshot) -> String {
         // A registry per scrape: the counters are shared handles, and the gauges exist only for
         // this snapshot, so two scrapes at once cannot see each other's half-written gauges.
-        let mut registry = Registry::with_prefix("switchyard");
+        let mut root = Registry::default();
+        self.register_vllm(&mut root, snapshot);
+        let registry = root.sub_registry_with_prefix("switchyard");
         registry.register(
             "requests",
             "Requests answered, by model, instance, plugin version and status",
@@ -327,9 +461,75 @@ impl Metrics {
             gauge.set(value as i64);
             registry.register(name, help, gauge);
         }
-        let mut out = String::new();
-        encode(&mut out, &registry).expect("writing to a String cannot fail");
+        let mut out = String::with_capacity(16 * 1024);
+        encode(&mut out, &root).expect("writing to a String cannot fail");
         out
+    }
+
+    /// The model-server protocol's families, under vLLM's names (no prefix: the names carry
+    /// their own `vllm:`).
+    fn register_vllm(&self, registry: &mut Registry, snapshot: &Snapshot) {
+        let serving = || snapshot.instances.iter().filter(|i| !i.retiring);
+        let gauge = |value: fn(&InstanceGauges) -> f64| {
+            let family = Family::<ServedLabels, Gauge<f64, AtomicU64>>::default();
+            for i in serving() {
+                family.get_or_create(&i.served).set(value(i));
+            }
+            family
+        };
+        registry.register(
+            "vllm:num_requests_waiting",
+            "Requests admitted and not yet running, per instance",
+            gauge(|i| i.queued.into()),
+        );
+        registry.register(
+            "vllm:num_requests_running",
+            "Requests in execution batches, per instance",
+            gauge(|i| i.running.into()),
+        );
+        registry.register(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage as a fraction: 1 means 100 percent",
+            gauge(|i| i.kv_usage),
+        );
+        let lora = Family::<LoraLabels, Gauge<f64, AtomicU64>>::default();
+        for i in serving() {
+            if let Some(info) = &i.lora {
+                let labels = LoraLabels {
+                    model_name: i.served.model_name.clone(),
+                    instance: i.served.instance.clone(),
+                    max_lora: info.max_lora,
+                    running_lora_adapters: Label::from(info.running.as_str()),
+                    waiting_lora_adapters: Label::from(info.waiting.as_str()),
+                };
+                lora.get_or_create(&labels).set(info.changed_at);
+            }
+        }
+        let lora_help = "Resident and waiting LoRA adapters; the value is when they last changed";
+        registry.register("vllm:lora_requests_info", lora_help, lora);
+        let v = &self.vllm;
+        let prompt_help = "Prompt tokens taken into the model";
+        registry.register("vllm:prompt_tokens", prompt_help, v.prompt_tokens.clone());
+        registry.register(
+            "vllm:generation_tokens",
+            "Tokens generated",
+            v.generation_tokens.clone(),
+        );
+        registry.register(
+            "vllm:time_to_first_token_seconds",
+            "Time from arrival to the first token",
+            v.time_to_first_token.clone(),
+        );
+        registry.register(
+            "vllm:time_per_output_token_seconds",
+            "Time between two output tokens of a request",
+            v.time_per_output_token.clone(),
+        );
+        registry.register(
+            "vllm:e2e_request_latency_seconds",
+            "Time from arrival to the end of a request",
+            v.e2e_latency.clone(),
+        );
     }
 }
 
@@ -440,6 +640,13 @@ mod tests {
         let snapshot = Snapshot {
             instances: vec![InstanceGauges {
                 labels,
+                served: ServedLabels {
+                    model_name: "chat".into(),
+                    instance: "a".into(),
+                },
+                retiring: false,
+                kv_usage: 0.25,
+                lora: None,
                 in_flight: 3,
                 queued: 2,
                 running: 1,
@@ -468,5 +675,101 @@ mod tests {
         // The next scrape shows the next snapshot, not a leftover of this one.
         let text = metrics.render(&Snapshot::default());
         assert!(!text.contains("switchyard_in_flight{"), "{text}");
+    }
+
+    fn gauges(
+        instance: &str,
+        names: &str,
+        retiring: bool,
+        lora: Option<LoraInfo>,
+    ) -> InstanceGauges {
+        InstanceGauges {
+            labels: InstanceLabels {
+                instance: instance.into(),
+                plugin: "echo".into(),
+                plugin_version: "1.0.0".into(),
+            },
+            served: ServedLabels {
+                model_name: names.into(),
+                instance: instance.into(),
+            },
+            retiring,
+            kv_usage: 0.5,
+            lora,
+            in_flight: 3,
+            queued: 2,
+            running: 1,
+            free_slots: 0,
+            adapter_rows: Vec::new(),
+            state: "ready",
+            ready: true,
+        }
+    }
+
+    #[test]
+    fn vllm_families_have_vllm_names_types_and_one_series_per_serving_instance() {
+        let metrics = Metrics::new();
+        let served = ServedLabels {
+            model_name: "chat,assistant".into(),
+            instance: "a".into(),
+        };
+        let series = metrics.request_series(&served);
+        series.prompt(7);
+        series.token(true, Duration::from_millis(30));
+        series.token(false, Duration::from_millis(60));
+        series.ended(Duration::from_millis(400));
+        let lora = LoraInfo {
+            max_lora: 2,
+            running: "speech,vision".into(),
+            waiting: String::new(),
+            changed_at: 1_700_000_000.5,
+        };
+        let snapshot = Snapshot {
+            instances: vec![
+                gauges("a", "chat,assistant", false, Some(lora)),
+                // The instance a reload replaced (the previous plugin version): same served
+                // labels, not shown in `vllm:*`.
+                InstanceGauges {
+                    labels: InstanceLabels {
+                        plugin_version: "0.9.0".into(),
+                        ..gauges("a", "", true, None).labels
+                    },
+                    ..gauges("a", "chat,assistant", true, None)
+                },
+            ],
+            ..Snapshot::default()
+        };
+        let text = metrics.render(&snapshot);
+        let of = r#"model_name="chat,assistant",instance="a""#;
+        for line in [
+            "# TYPE vllm:num_requests_waiting gauge".to_string(),
+            format!("vllm:num_requests_waiting{{{of}}} 2.0"),
+            format!("vllm:num_requests_running{{{of}}} 1.0"),
+            format!("vllm:kv_cache_usage_perc{{{of}}} 0.5"),
+            "# TYPE vllm:lora_requests_info gauge".into(),
+            format!(
+                "vllm:lora_requests_info{{{of},max_lora=\"2\",running_lora_adapters=\"speech,vision\",waiting_lora_adapters=\"\"}} 1700000000.5"
+            ),
+            "# TYPE vllm:prompt_tokens counter".into(),
+            format!("vllm:prompt_tokens_total{{{of}}} 7"),
+            format!("vllm:generation_tokens_total{{{of}}} 2"),
+            "# TYPE vllm:time_to_first_token_seconds histogram".into(),
+            format!("vllm:time_to_first_token_seconds_bucket{{le=\"0.04\",{of}}} 1"),
+            format!("vllm:time_to_first_token_seconds_bucket{{le=\"0.02\",{of}}} 0"),
+            format!("vllm:time_per_output_token_seconds_bucket{{le=\"0.075\",{of}}} 1"),
+            format!("vllm:time_per_output_token_seconds_bucket{{le=\"0.05\",{of}}} 0"),
+            format!("vllm:e2e_request_latency_seconds_bucket{{le=\"0.5\",{of}}} 1"),
+            format!("vllm:e2e_request_latency_seconds_bucket{{le=\"0.3\",{of}}} 0"),
+            format!("vllm:e2e_request_latency_seconds_count{{{of}}} 1"),
+        ] {
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
+        assert_eq!(
+            text.matches("vllm:num_requests_waiting{").count(),
+            1,
+            "{text}"
+        );
+        // The retiring instance still shows in the host's own gauges.
+        assert_eq!(text.matches("switchyard_in_flight{").count(), 2, "{text}");
     }
 }

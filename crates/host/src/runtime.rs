@@ -20,6 +20,7 @@ use std::{
     },
     time::Duration,
 };
+use switchyard_plugin_api::{ModelResources, ModelStats};
 
 pub struct Runtime {
     current: ArcSwap<Deployment>,
@@ -141,11 +142,9 @@ impl Runtime {
             .retired_instances()
             .into_iter()
             .filter(|i| i.state() != InstanceState::Stopped);
-        let instances = deployment
-            .instances()
-            .cloned()
-            .chain(retiring)
-            .map(|instance| instance_gauges(&instance))
+        let current = deployment.instances().map(|i| instance_gauges(i, false));
+        let instances = current
+            .chain(retiring.map(|i| instance_gauges(&i, true)))
             .collect();
         metrics::Snapshot {
             instances,
@@ -187,10 +186,16 @@ impl Runtime {
     }
 }
 
-fn instance_gauges(instance: &Instance) -> metrics::InstanceGauges {
+fn instance_gauges(instance: &Instance, retiring: bool) -> metrics::InstanceGauges {
     let stats = instance.stats();
+    // A 2.0 plugin's stats carry no resources: the defaults, and so the fallbacks.
+    let resources = stats.resources().unwrap_or_default();
     let state = instance.state();
     metrics::InstanceGauges {
+        served: (*instance.served_labels()).clone(),
+        retiring,
+        kv_usage: kv_usage(&stats, &resources),
+        lora: instance.lora_info(&resources),
         labels: metrics::InstanceLabels {
             instance: instance.name.clone().into(),
             plugin: instance.plugin.manifest.name.to_string().into(),
@@ -208,4 +213,20 @@ fn instance_gauges(instance: &Instance) -> metrics::InstanceGauges {
         state: state.name(),
         ready: state == InstanceState::Ready,
     }
+}
+
+/// `vllm:kv_cache_usage_perc`: the fraction of the KV capacity the plugin reports in use, or,
+/// from a plugin that reports none (API 2.0, or no KV cache to count), the fraction of its slots
+/// in use; 0 without slots. Clamped to 0..=1, which the protocol promises the picker.
+fn kv_usage(stats: &ModelStats, resources: &ModelResources) -> f64 {
+    let (used, capacity) = if resources.kv_capacity_tokens > 0 {
+        (resources.kv_used_tokens, resources.kv_capacity_tokens)
+    } else {
+        let running = u64::from(stats.running);
+        (running, running + u64::from(stats.free_slots))
+    };
+    if capacity == 0 {
+        return 0.0;
+    }
+    (used as f64 / capacity as f64).clamp(0.0, 1.0)
 }

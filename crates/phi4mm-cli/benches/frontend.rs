@@ -1,45 +1,16 @@
 //! Front-end timings: log-mel features of a 30 s clip and preprocessing of a 1344×896 image.
 //!
-//! `cargo bench -p switchyard-phi4mm --bench frontend` (release profile). Inputs are generated in
-//! memory (a 30 s 16 kHz 16-bit WAV of a chirp plus noise; a 1344×896 RGB PNG of gradients and
-//! noise), so the numbers include decoding. Reports the median and min of several runs.
+//! `cargo bench -p switchyard-phi4mm-cli --bench frontend` (release profile, the caller's rayon
+//! pool: one thread per core). The inputs are `phi4mm bench-frontend`'s (its `inputs` module),
+//! so the numbers include decoding. Reports the median and min of several runs;
+//! `phi4mm bench-frontend` is the machine-readable form with a thread count.
 
-use std::io::Cursor;
+#[path = "../src/bench_frontend/inputs.rs"]
+mod inputs;
+
 use std::time::Instant;
 use switchyard_phi4mm_frontend::audio::{self, AudioOptions, ResampleMode};
 use switchyard_phi4mm_frontend::image::{self, ImageOptions};
-
-fn wav_30s(rate: u32) -> Vec<u8> {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut cursor = Cursor::new(Vec::new());
-    let mut writer = hound::WavWriter::new(&mut cursor, spec).unwrap();
-    let mut seed = 12345u32;
-    for i in 0..30 * rate {
-        let t = f64::from(i) / f64::from(rate);
-        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        let noise = f64::from(seed >> 16) / 65536.0 - 0.5;
-        let v = 0.3 * (2.0 * std::f64::consts::PI * (200.0 + 100.0 * t) * t).sin() + 0.05 * noise;
-        writer.write_sample((v * 32767.0) as i16).unwrap();
-    }
-    writer.finalize().unwrap();
-    cursor.into_inner()
-}
-
-fn png_1344x896() -> Vec<u8> {
-    let mut seed = 7u32;
-    let img = ::image::RgbImage::from_fn(1344, 896, |x, y| {
-        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        ::image::Rgb([(x / 6) as u8, (y / 4) as u8, (seed >> 24) as u8])
-    });
-    let mut out = Cursor::new(Vec::new());
-    img.write_to(&mut out, ::image::ImageFormat::Png).unwrap();
-    out.into_inner()
-}
 
 fn time(label: &str, runs: usize, mut f: impl FnMut()) {
     f(); // warm-up (plans, mel bank)
@@ -59,9 +30,9 @@ fn time(label: &str, runs: usize, mut f: impl FnMut()) {
 }
 
 fn main() {
-    let wav16 = wav_30s(16_000);
-    let wav44 = wav_30s(44_100);
-    let png = png_1344x896();
+    let wav16 = inputs::speech_like_wav(16_000);
+    let wav44 = inputs::speech_like_wav(44_100);
+    let png = inputs::photo_like_png();
     let polyphase = AudioOptions::default();
     let reference = AudioOptions {
         resample: ResampleMode::Reference,

@@ -1,9 +1,10 @@
-//! `phi4mm bench-checkpoint` writes a random bf16 checkpoint in the transformers layout for the
-//! benchmark config of the model issue; `phi4mm bench` measures the host backend on it: memory
-//! read bandwidth, bf16 GEMM GFLOP/s, time to first token and batch-1 decode tokens/s, all in one
-//! run so the ratios are comparable on a noisy shared machine.
+//! `phi4mm bench` measures the host backend on a checkpoint (e.g. one `phi4mm bench-checkpoint`
+//! wrote): memory read bandwidth, bf16 GEMM GFLOP/s, time to first token, and per kernel path the
+//! batch-1 decode, the LM head alone and the layers' linears alone as fractions of the bandwidth
+//! bound; attention over a long KV cache; the pool's fork-join cost. All in one run, so the
+//! ratios are comparable on a noisy shared machine.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -11,28 +12,15 @@ use clap::Args;
 use rayon::prelude::*;
 use serde_json::json;
 use switchyard_phi4mm::adapter::AdapterMode;
-use switchyard_phi4mm::checkpoint::schema::expected_schema;
-use switchyard_phi4mm::checkpoint::{config, Checkpoint, Layout};
+use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::kernels::linear::{linear, Matrix};
 use switchyard_phi4mm::kernels::matmul::sgemm;
-use switchyard_phi4mm::model::Phi4mm;
+use switchyard_phi4mm::kernels::path::{self, KernelPath};
+use switchyard_phi4mm::model::{Phi4mm, SequenceState};
+
+use crate::bench_checkpoint::{to_bf16, SplitMix};
 use switchyard_phi4mm::sampling::argmax;
 use switchyard_phi4mm::step::StepRow;
-
-#[derive(Args)]
-pub struct BenchCheckpointArgs {
-    /// Output directory (created).
-    #[arg(long)]
-    out: PathBuf,
-    /// Seed of the weight generator.
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
-    /// Give the checkpoint a real-dimension SigLIP tower (hidden 1152, MLP 4304, 16 heads) with
-    /// this many layers (the feature layer is the second to last, so one fewer run), for
-    /// `bench-vision`. Default: the tiny tower.
-    #[arg(long)]
-    vision_layers: Option<usize>,
-}
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -49,161 +37,16 @@ pub struct BenchArgs {
     /// Bytes of the buffer the read-bandwidth test streams (well above any cache).
     #[arg(long, default_value_t = 1 << 30)]
     bandwidth_bytes: usize,
-}
-
-/// The benchmark config: text decoder of the issue; tiny vision/audio towers (not benchmarked) so
-/// that the file is a complete, loadable Phi4MM checkpoint; LoRA ranks of the batching benchmark.
-fn bench_config() -> serde_json::Value {
-    let rotary_half = 24; // head_dim 64 × 0.75 / 2
-    let long: Vec<f64> = (0..rotary_half).map(|i| 1.0 + i as f64 * 0.5).collect();
-    json!({
-        "architectures": ["Phi4MultimodalForCausalLM"],
-        "model_type": "phi4_multimodal",
-        "vocab_size": 200064, "hidden_size": 1024, "intermediate_size": 2816,
-        "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4,
-        "partial_rotary_factor": 0.75, "rms_norm_eps": 1e-5, "hidden_act": "silu",
-        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
-        "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
-                            "short_factor": vec![1.0; rotary_half], "long_factor": long},
-        "tie_word_embeddings": true,
-        "bos_token_id": 199999, "pad_token_id": 199999, "eos_token_id": [199999, 200020],
-        "dtype": "bfloat16",
-        "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
-                          "num_attention_heads": 2, "image_size": 448, "patch_size": 14, "crop_size": 448,
-                          "feature_layer": -2, "layer_norm_eps": 1e-6, "image_token_id": 200010},
-        "audio_config": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 48, "num_blocks": 2,
-                         "nemo_conv_channels": 16, "bias_max_distance": 16, "ext_pw_out_channel": 32,
-                         "depthwise_separable_out_channel": 32, "time_reduction": 8, "kernel_size": 3,
-                         "input_size": 80, "audio_token_id": 200011}
-    })
-}
-
-/// splitmix64: a small, fast, seedable generator (reproducible weights without extra crates).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-a, a).
-    fn uniform(&mut self, a: f32) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-    }
-}
-
-fn to_bf16(v: f32) -> u16 {
-    // Round to nearest even.
-    let b = v.to_bits();
-    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
-}
-
-/// Random bf16 bytes for a tensor: norms 1, everything else uniform with std 1/sqrt(fan_in).
-fn random_tensor(name: &str, shape: &[usize], seed: u64) -> Vec<u8> {
-    let n: usize = shape.iter().product();
-    let is_norm = name.contains("norm") && name.ends_with(".weight");
-    let fan_in = if shape.len() >= 2 {
-        shape[1..].iter().product::<usize>()
-    } else {
-        1
-    };
-    let a = (3.0 / fan_in as f32).sqrt();
-    let mut rng = SplitMix(
-        seed ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        }),
-    );
-    let mut out = Vec::with_capacity(n * 2);
-    for _ in 0..n {
-        let v = if is_norm {
-            1.0
-        } else if name.contains("invstd") {
-            0.25
-        } else {
-            rng.uniform(a)
-        };
-        out.extend_from_slice(&to_bf16(v).to_le_bytes());
-    }
-    out
-}
-
-fn write_safetensors(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<u8>)>) -> Result<()> {
-    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-        .iter()
-        .map(|(n, s, d)| {
-            Ok((
-                n.clone(),
-                safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), d)?,
-            ))
-        })
-        .collect::<Result<_>>()?;
-    safetensors::serialize_to_file(views, None, path)?;
-    Ok(())
-}
-
-pub fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
-    let dir = &args.out;
-    std::fs::create_dir_all(dir)?;
-    let mut cfg = bench_config();
-    if let Some(layers) = args.vision_layers {
-        let v = &mut cfg["vision_config"];
-        v["hidden_size"] = json!(1152);
-        v["intermediate_size"] = json!(4304);
-        v["num_attention_heads"] = json!(16);
-        v["num_hidden_layers"] = json!(layers.max(2));
-    }
-    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
-    std::fs::write(
-        dir.join("generation_config.json"),
-        serde_json::to_string_pretty(
-            &json!({"bos_token_id": 199999, "pad_token_id": 199999, "eos_token_id": [200020, 199999]}),
-        )?,
-    )?;
-    for (folder, r) in [("speech-lora", 32), ("vision-lora", 24)] {
-        std::fs::create_dir_all(dir.join(folder))?;
-        std::fs::write(
-            dir.join(folder).join("adapter_config.json"),
-            serde_json::to_string_pretty(
-                &json!({"peft_type": "LORA", "r": r, "lora_alpha": 2 * r,
-                "target_modules": "model.layers.\\d+.((self_attn.(qkv|o)_proj)|(mlp.(gate_up|down)_proj))"}),
-            )?,
-        )?;
-    }
-    let parsed = config::parse_config(dir, &cfg, Layout::Transformers)?;
-    let schema = expected_schema(&parsed);
-    let base: Vec<_> = schema
-        .par_iter()
-        .map(|(name, (shape, _))| {
-            (
-                name.clone(),
-                shape.clone(),
-                random_tensor(name, shape, args.seed),
-            )
-        })
-        .collect();
-    write_safetensors(&dir.join("model.safetensors"), base)?;
-    for (folder, r) in [("speech-lora", 32usize), ("vision-lora", 24)] {
-        let mut tensors = Vec::new();
-        for layer in 0..parsed.text.num_layers {
-            for module in switchyard_phi4mm::checkpoint::layout::LORA_TARGETS {
-                let (din, dout) =
-                    switchyard_phi4mm::checkpoint::schema::module_dims(&parsed, module).unwrap();
-                for (ab, shape) in [("A", vec![r, din]), ("B", vec![dout, r])] {
-                    let name =
-                        format!("base_model.model.model.layers.{layer}.{module}.lora_{ab}.weight");
-                    let data = random_tensor(&format!("{folder}/{name}"), &shape, args.seed);
-                    tensors.push((name, shape, data));
-                }
-            }
-        }
-        write_safetensors(&dir.join(folder).join("adapter_model.safetensors"), tensors)?;
-    }
-    println!("{}", json!({"written": dir, "tensors": schema.len()}));
-    Ok(())
+    /// Rounds of the per-path decode and LM-head figures (paths interleaved in each round; best
+    /// of the rounds).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Only this kernel path (`avx512`, `avx2`, `scalar`); default: every path the CPU has.
+    #[arg(long)]
+    kernel_path: Option<String>,
+    /// Context length of the attention figure (a second prompt this long, then decode steps).
+    #[arg(long, default_value_t = 2048)]
+    long_context: usize,
 }
 
 /// Best-of-3 multithreaded read bandwidth in bytes/s (sums a buffer far larger than the caches).
@@ -259,7 +102,108 @@ fn gemm_gflops(m: usize, k: usize, n: usize) -> (f64, f64) {
     (flops / bf16 / 1e9, flops / f32_single / 1e9)
 }
 
+/// Kernel paths to measure: the one named, or every path this CPU supports.
+fn paths_to_run(named: Option<&str>) -> Result<Vec<KernelPath>> {
+    match named {
+        Some(n) => {
+            let p = path::parse(n)
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or_else(KernelPath::detected);
+            anyhow::ensure!(
+                p.supported(),
+                "{}",
+                path::Unsupported(p, KernelPath::detected())
+            );
+            Ok(vec![p])
+        }
+        None => Ok(KernelPath::ALL
+            .into_iter()
+            .filter(|p| p.supported())
+            .collect()),
+    }
+}
+
+/// Decoder state after a prompt, and the first generated token.
+fn prefill(model: &Phi4mm, ids: &[u32]) -> (SequenceState, u32, f64) {
+    let embeds = model.decoder.embed(ids);
+    let mut state = model.decoder.new_sequence();
+    let t = Instant::now();
+    let logits = model
+        .decoder
+        .step(&mut [StepRow {
+            state: &mut state,
+            embeds: &embeds,
+            adapter: AdapterMode::None,
+        }])
+        .remove(0);
+    (state, argmax(&logits), t.elapsed().as_secs_f64())
+}
+
+/// Greedy decode of `steps` tokens from a copy of `start`; seconds per token and the tokens.
+fn decode(model: &Phi4mm, start: &SequenceState, first: u32, steps: usize) -> (f64, Vec<u32>) {
+    let mut state = start.clone();
+    let mut tokens = vec![first];
+    let t = Instant::now();
+    for _ in 0..steps {
+        let e = model.decoder.embed(&tokens[tokens.len() - 1..]);
+        let logits = model
+            .decoder
+            .step(&mut [StepRow {
+                state: &mut state,
+                embeds: &e,
+                adapter: AdapterMode::None,
+            }])
+            .remove(0);
+        tokens.push(argmax(&logits));
+    }
+    (t.elapsed().as_secs_f64() / steps.max(1) as f64, tokens)
+}
+
+/// Fastest of `reps` runs of `f`, in seconds.
+fn best_s(reps: usize, mut f: impl FnMut()) -> f64 {
+    (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The decoder's linear weights one decode step reads, per layer, in the model's order.
+fn layer_linears(ck: &Checkpoint, layers: usize) -> Vec<Matrix<'_>> {
+    let modules = [
+        "self_attn.qkv_proj",
+        "self_attn.o_proj",
+        "mlp.gate_up_proj",
+        "mlp.down_proj",
+    ];
+    (0..layers)
+        .flat_map(|l| modules.map(|m| format!("model.layers.{l}.{m}.weight")))
+        .map(|n| Matrix::of(ck.tensor(&n)))
+        .collect()
+}
+
+/// Per-path figures of one round.
+#[derive(Clone, Copy)]
+struct PathFigures {
+    decode_s: f64,
+    lm_head_s: f64,
+    linears_s: f64,
+}
+
+impl PathFigures {
+    fn best(self, o: PathFigures) -> PathFigures {
+        PathFigures {
+            decode_s: self.decode_s.min(o.decode_s),
+            lm_head_s: self.lm_head_s.min(o.lm_head_s),
+            linears_s: self.linears_s.min(o.linears_s),
+        }
+    }
+}
+
 pub fn bench(args: BenchArgs) -> Result<()> {
+    let paths = paths_to_run(args.kernel_path.as_deref())?;
     let t = Instant::now();
     let ck = Checkpoint::open(&args.model)
         .with_context(|| format!("loading {}", args.model.display()))?;
@@ -267,19 +211,28 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let model = Phi4mm::load(&ck, args.threads);
     let c = &model.config.text;
 
-    // Bytes one decode token reads: every decoder linear + the tied LM head (an embedding lookup
-    // reads one row).
-    let mut weight_bytes = ck.tensor("model.embed_tokens.weight").size_bytes();
-    for name in ck.tensor_names() {
-        if name.starts_with("model.layers.") && name.ends_with("_proj.weight") {
-            weight_bytes += ck.tensor(name).size_bytes();
-        }
-    }
+    // Bytes one decode token reads: every decoder linear + the LM head (tied here: the embedding
+    // table; the embedding lookup itself reads one row).
+    let head_name = if c.tie_word_embeddings {
+        "model.embed_tokens.weight"
+    } else {
+        "lm_head.weight"
+    };
+    let head = ck.tensor(head_name);
+    let linears = layer_linears(&ck, c.num_layers);
+    let linear_bytes: usize = ck
+        .tensor_names()
+        .filter(|n| n.starts_with("model.layers.") && n.ends_with("_proj.weight"))
+        .map(|n| ck.tensor(n).size_bytes())
+        .sum();
+    let head_bytes = head.size_bytes();
+    let weight_bytes = linear_bytes + head_bytes;
 
-    let (bw, (gemm_bf16, gemm_f32_1t)) = model.install(|| {
+    let (bw, (gemm_bf16, gemm_f32_1t), fork_join_s) = model.install(|| {
         (
             read_bandwidth(args.bandwidth_bytes),
             gemm_gflops(64, 1024, 1024),
+            fork_join_cost(),
         )
     });
 
@@ -287,40 +240,101 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let ids: Vec<u32> = (0..args.prompt_tokens as u32)
         .map(|i| (i * 7919 + 13) % 199_000)
         .collect();
-    let embeds = model.decoder.embed(&ids);
-    let (ttft, decode_s, tokens) = model.install(|| {
-        let mut state = model.decoder.new_sequence();
-        let t = Instant::now();
-        let mut logits = model
-            .decoder
-            .step(&mut [StepRow {
-                state: &mut state,
-                embeds: &embeds,
-                adapter: AdapterMode::None,
-            }])
-            .remove(0);
-        let ttft = t.elapsed().as_secs_f64();
-        let mut tokens = vec![argmax(&logits)];
-        let t = Instant::now();
-        for _ in 1..args.new_tokens {
-            let e = model.decoder.embed(&tokens[tokens.len() - 1..]);
-            logits = model
-                .decoder
-                .step(&mut [StepRow {
-                    state: &mut state,
-                    embeds: &e,
-                    adapter: AdapterMode::None,
-                }])
-                .remove(0);
-            tokens.push(argmax(&logits));
+    let steps = args.new_tokens.saturating_sub(1).max(1);
+    let (start, first, ttft) = model.install(|| prefill(&model, &ids));
+
+    // Per path, interleaved in every round: the decode step, the LM head alone, the layers'
+    // linears alone (the same GEMVs the step runs, on one normed-looking input row).
+    let hidden: Vec<f32> = (0..c.hidden_size)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect();
+    let inputs: Vec<Vec<f32>> = linears
+        .iter()
+        .map(|m| {
+            (0..m.in_dim)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
+                .collect()
+        })
+        .collect();
+    let mut outputs: Vec<Vec<f32>> = linears.iter().map(|m| vec![0.0; m.out_dim]).collect();
+    let mut best: Vec<Option<PathFigures>> = vec![None; paths.len()];
+    let mut tokens = Vec::new();
+    for _ in 0..args.rounds.max(1) {
+        for (i, &p) in paths.iter().enumerate() {
+            path::force(Some(p))?;
+            let f = model.install(|| {
+                let (decode_s, toks) = decode(&model, &start, first, steps);
+                tokens = toks;
+                let lm_head_s = best_s(3, || {
+                    std::hint::black_box(model.decoder.logits(&hidden));
+                });
+                let linears_s = best_s(3, || {
+                    for ((m, x), y) in linears.iter().zip(&inputs).zip(&mut outputs) {
+                        linear(x, 1, *m, None, y);
+                    }
+                });
+                PathFigures {
+                    decode_s,
+                    lm_head_s,
+                    linears_s,
+                }
+            });
+            best[i] = Some(best[i].map_or(f, |b| b.best(f)));
         }
-        (ttft, t.elapsed().as_secs_f64(), tokens)
-    });
-    let decode_steps = (args.new_tokens - 1).max(1) as f64;
-    let per_token = decode_s / decode_steps;
+    }
+    path::force(None)?;
+    let chosen = path::active();
+
+    // Attention over the KV cache: the same decode after a long prompt; the extra time per step
+    // is the attention over the extra positions (each step reads their f32 keys and values).
+    let attention = if args.long_context > args.prompt_tokens {
+        let long_ids: Vec<u32> = (0..args.long_context as u32)
+            .map(|i| (i * 7919 + 13) % 199_000)
+            .collect();
+        let (long_start, long_first, _) = model.install(|| prefill(&model, &long_ids));
+        let short_s = model.install(|| decode(&model, &start, first, steps).0);
+        let long_s = model.install(|| decode(&model, &long_start, long_first, steps).0);
+        let kv_row_bytes = 2 * c.num_kv_heads * c.head_dim * 4;
+        let extra_kv_bytes =
+            (c.num_layers * kv_row_bytes * (args.long_context - args.prompt_tokens)) as f64;
+        json!({
+            "long_context": args.long_context,
+            "decode_ms_per_token_short": short_s * 1e3,
+            "decode_ms_per_token_long": long_s * 1e3,
+            "extra_kv_bytes_per_step": extra_kv_bytes,
+            "extra_ms_per_step": (long_s - short_s) * 1e3,
+            "extra_gb_s": extra_kv_bytes / (long_s - short_s).max(1e-9) / 1e9,
+            "kv_cache_allocated_bytes_long": long_start.kv_allocated_bytes(),
+        })
+    } else {
+        serde_json::Value::Null
+    };
+
     let bound = weight_bytes as f64 / bw;
+    let head_bound = head_bytes as f64 / bw;
+    let linear_bound = linear_bytes as f64 / bw;
+    let mut by_path = serde_json::Map::new();
+    for (p, f) in paths.iter().zip(&best) {
+        let f = f.expect("every path ran at least one round");
+        by_path.insert(
+            p.name().into(),
+            json!({
+                "decode_tokens_per_s": 1.0 / f.decode_s,
+                "decode_ms_per_token": f.decode_s * 1e3,
+                "fraction_of_bandwidth_bound": bound / f.decode_s,
+                "lm_head_ms": f.lm_head_s * 1e3,
+                "lm_head_fraction_of_bound": head_bound / f.lm_head_s,
+                "layer_linears_ms": f.linears_s * 1e3,
+                "layer_linears_fraction_of_bound": linear_bound / f.linears_s,
+                "rest_of_step_ms": (f.decode_s - f.lm_head_s - f.linears_s) * 1e3,
+            }),
+        );
+    }
+    let main = best[paths.iter().position(|&p| p == chosen).unwrap_or(0)]
+        .expect("every path ran at least one round");
     let report = json!({
-        "machine": {"threads": model.threads(), "cpu": cpu_name()},
+        "machine": {"threads": model.threads(), "cpu": cpu_name(), "load_average": load_average()},
+        "kernel_path": chosen.name(),
         "config": {"hidden": c.hidden_size, "intermediate": c.intermediate_size, "layers": c.num_layers,
                    "heads": c.num_heads, "kv_heads": c.num_kv_heads, "vocab": c.vocab_size},
         "checkpoint_open_s": load_s,
@@ -330,15 +344,44 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "prompt_tokens": args.prompt_tokens,
         "time_to_first_token_ms": ttft * 1e3,
         "prefill_tokens_per_s": args.prompt_tokens as f64 / ttft,
-        "decode_tokens_per_s": 1.0 / per_token,
-        "decode_ms_per_token": per_token * 1e3,
+        "decode_tokens_per_s": 1.0 / main.decode_s,
+        "decode_ms_per_token": main.decode_s * 1e3,
         "weight_bytes_per_token": weight_bytes,
+        "lm_head_bytes": head_bytes,
         "bandwidth_bound_ms_per_token": bound * 1e3,
-        "fraction_of_bandwidth_bound": bound / per_token,
+        "fraction_of_bandwidth_bound": bound / main.decode_s,
+        "by_kernel_path": by_path,
+        "rounds": args.rounds,
+        "attention": attention,
+        "fork_join_us": fork_join_s * 1e6,
+        // f32 keys and values of every layer, per position of one row.
+        "kv_bytes_per_position": c.num_layers * 2 * c.num_kv_heads * c.head_dim * 4,
         "tokens": tokens,
     });
     println!("{report}");
     Ok(())
+}
+
+/// One empty fork-join over the pool (what each parallel GEMV pays to hand work to the threads
+/// and wait for them): the mean over many, since the best case (the caller runs every task
+/// itself before a worker wakes) hides the hand-off.
+fn fork_join_cost() -> f64 {
+    let threads = rayon::current_num_threads();
+    let reps = 2000;
+    let t = Instant::now();
+    for _ in 0..reps {
+        (0..threads * 4).into_par_iter().for_each(|i| {
+            std::hint::black_box(i);
+        });
+    }
+    t.elapsed().as_secs_f64() / reps as f64
+}
+
+/// The 1-, 5- and 15-minute load averages, as `uptime` shows them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 pub fn cpu_name() -> String {

@@ -3,6 +3,8 @@
 mod batch;
 mod bench;
 mod bench_batch;
+mod bench_checkpoint;
+mod bench_frontend;
 mod bench_vision;
 mod cache;
 mod generate;
@@ -38,11 +40,14 @@ enum Command {
     /// Run every request of a JSON file concurrently through the scheduler; one JSON line each.
     Batch(batch::BatchArgs),
     /// Write a random bf16 checkpoint with the benchmark config.
-    BenchCheckpoint(bench::BenchCheckpointArgs),
+    BenchCheckpoint(bench_checkpoint::BenchCheckpointArgs),
     /// Benchmark the host backend: bandwidth, GEMM, time to first token, decode tokens/s.
     Bench(bench::BenchArgs),
     /// Benchmark batched decoding (batch 1, 8, mixed adapters), host and/or IREE backend.
     BenchBatch(bench_batch::BenchBatchArgs),
+    /// Benchmark the front end (log-mel from WAV bytes, image crops from PNG bytes and from
+    /// pixels); prints one JSON line of medians.
+    BenchFrontend(bench_frontend::BenchFrontendArgs),
     /// Benchmark the vision tower on one 1344×896 image: host, and MLX where built.
     BenchVision(bench_vision::BenchVisionArgs),
     /// Inspect and clean the IREE artifact cache: ls, verify, gc.
@@ -57,9 +62,10 @@ fn main() -> std::process::ExitCode {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Batch(args) => batch::run(args),
-        Command::BenchCheckpoint(args) => bench::bench_checkpoint(args),
+        Command::BenchCheckpoint(args) => bench_checkpoint::bench_checkpoint(args),
         Command::Bench(args) => bench::bench(args),
         Command::BenchBatch(args) => bench_batch::run(args),
+        Command::BenchFrontend(args) => bench_frontend::run(args),
         Command::BenchVision(args) => bench_vision::run(args),
         Command::Cache(args) => cache::run(args),
     };

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_plugin_api::{
     abi_stable::std_types::{ROption, RString},
     AdapterRows, Endpoint, ErrorKind, Event, EventSinkBox, HostServices, Modality, ModelKindInfo,
-    ModelStats, Part, PluginError, PluginManifest, PluginModel, Request, SettingsText,
-    TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+    ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request,
+    SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 use crate::backend;
@@ -27,6 +27,9 @@ use crate::scheduler::{
 use frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 pub const KIND: &str = "phi4mm";
+
+/// The checkpoint's LoRA adapters, loaded with the base weights (`docs/phi4mm-model.md` §5).
+const RESIDENT_ADAPTERS: [&str; 2] = ["speech", "vision"];
 
 pub fn plugin_manifest() -> PluginManifest {
     PluginManifest {
@@ -165,9 +168,27 @@ impl Phi4mmModel {
                 Part::Audio { data, .. } => audios.push(data.to_vec()),
             }
         }
+        // An id past the vocabulary has no embedding row; an id inside it that the tokenizer
+        // does not define (the padding rows of the embedding table) was never trained, and no
+        // text can produce it.
+        let config = &self.model.config;
+        let vocab = config.text.vocab_size;
+        for (position, &id) in input_ids.iter().enumerate() {
+            if id as usize >= vocab {
+                return Err(PluginError::invalid_request(format!(
+                    "model_options.input_ids: id {id} at position {position} is outside the \
+                     vocabulary ({vocab})"
+                )));
+            }
+            if self.prompt.tokenizer().id_to_token(id).is_none() {
+                return Err(PluginError::invalid_request(format!(
+                    "model_options.input_ids: id {id} at position {position} is a reserved id \
+                     that the tokenizer does not define"
+                )));
+            }
+        }
         // The model reads placeholder ids without media as ordinary tokens (as the reference
         // does); from a client they mean a medium went missing.
-        let config = &self.model.config;
         for (kind, id, media) in [
             ("image", config.image_token_id, images.len()),
             ("audio", config.audio_token_id, audios.len()),
@@ -456,6 +477,21 @@ impl PluginModel for Phi4mmModel {
                 })
                 .to_string(),
             ),
+        }
+    }
+
+    /// Every row's KV cache holds up to the backend's context, so the capacity is slots × context
+    /// positions. Both LoRA adapters are part of the checkpoint and always loaded (a row picks
+    /// one per request), so they are resident and nothing ever waits for one.
+    fn resources(&self) -> ModelResources {
+        let s = self.scheduler.stats();
+        let resident: Vec<String> = RESIDENT_ADAPTERS.iter().map(|&a| a.into()).collect();
+        ModelResources {
+            kv_capacity_tokens: (self.settings.slots * self.media.context()) as u64,
+            kv_used_tokens: s.kv_positions as u64,
+            max_adapters: resident.len() as u32,
+            resident_adapters: resident,
+            waiting_adapters: Vec::new(),
         }
     }
 

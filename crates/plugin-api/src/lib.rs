@@ -22,6 +22,8 @@ mod model;
 mod request;
 mod services;
 mod stats;
+#[cfg(feature = "abi-2-0")]
+pub mod v2_0;
 mod version;
 
 pub use abi_stable;
@@ -34,5 +36,5 @@ pub use manifest::{Endpoint, Modality, ModelKindInfo, PluginManifest};
 pub use model::{Model, ModelBox, Model_TO, PluginModel};
 pub use request::{Message, Part, Request, Role, SamplingParams};
 pub use services::{HostServices, LogLevel, SettingsFormat, SettingsText};
-pub use stats::{AdapterRows, ModelStats};
+pub use stats::{AdapterRows, ModelResources, ModelStats, RESOURCES_KEY};
 pub use version::{ApiVersion, API_VERSION};

@@ -1,4 +1,9 @@
-use crate::{error::PluginError, event::EventSinkBox, request::Request, stats::ModelStats};
+use crate::{
+    error::PluginError,
+    event::EventSinkBox,
+    request::Request,
+    stats::{ModelResources, ModelStats},
+};
 use abi_stable::{sabi_trait, std_types::RResult};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -43,6 +48,12 @@ pub trait PluginModel: Send + Sync + 'static {
     fn stats(&self) -> ModelStats;
     fn drain(&self);
     fn shutdown(&self);
+    /// The instance's KV cache and adapters (API 2.1), called with every `stats`; the export
+    /// glue carries them in `ModelStats::details_json` (see [`ModelResources`]). The default
+    /// reports nothing: no KV cache to count, no adapters.
+    fn resources(&self) -> ModelResources {
+        ModelResources::default()
+    }
 }
 
 /// Wraps a [`PluginModel`] so that every call catches panics. A panic in `submit` or `warm`
@@ -68,7 +79,12 @@ impl<M: PluginModel> Model for Guarded<M> {
     }
 
     fn stats(&self) -> ModelStats {
-        catch_unwind(AssertUnwindSafe(|| self.0.stats())).unwrap_or_default()
+        catch_unwind(AssertUnwindSafe(|| {
+            let mut stats = self.0.stats();
+            stats.attach_resources(&self.0.resources());
+            stats
+        }))
+        .unwrap_or_default()
     }
 
     fn drain(&self) {

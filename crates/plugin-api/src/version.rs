@@ -3,12 +3,17 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The version of this API. The host accepts a plugin whose major version equals its own and
-/// whose minor version is not newer than its own (a minor bump only adds things the host
-/// may ignore, such as new prefix fields appended after the last one).
+/// whose minor version is not newer than its own. A minor bump changes no layout: abi_stable
+/// refuses a library whose prefix types have fewer fields than the host's, so an appended
+/// prefix field would lock older plugins out (see `docs/plugin-abi.md`).
 ///
 /// 2.0: per-token log probabilities (`Request::logprobs`, `Event::Token::logprobs`), model
 /// options (`Request::model_options`) and the config directory (`HostServices::config_dir`).
-pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 0 };
+///
+/// 2.1: `PluginModel::resources` (`ModelResources`: KV capacity and use, resident and waiting
+/// adapters) for the inference-gateway metrics, carried in `ModelStats::details_json` under
+/// `RESOURCES_KEY` with no layout change; a 2.0 plugin reports none, and the host falls back.
+pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 1 };
 
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

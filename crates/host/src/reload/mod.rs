@@ -134,6 +134,9 @@ impl Runtime {
             }
         }
 
+        for (name, instance) in &instances {
+            instance.set_served_names(config.served_names(name));
+        }
         let table = RouteTable::build(&config, instances.clone());
         let mut used: Vec<Arc<LoadedPlugin>> = plugins.into_values().collect();
         used.sort_by(|a, b| a.sha256.cmp(&b.sha256));

@@ -40,22 +40,21 @@ pub async fn chat_completions(
     }
     let body = read_bytes(body).map_err(Refused::unread)?;
     let id = runtime.next_request_id();
-    // Parsing a large body and decoding its media is CPU work: it runs on the blocking pool,
-    // a few at a time, so that it never stalls the async threads that serve `/health` and
-    // the streams.
-    let (request, plugin_request) = runtime
+    // Parsing a large body, decoding its media and the plugin's admission (which may tokenize
+    // the prompt and read media headers) are CPU work: they run on the blocking pool, a few at
+    // a time, so that they never stall the async threads that serve `/health` and the streams.
+    let rt = runtime.clone();
+    let (request, events) = runtime
         .off_the_runtime(move || {
             let request: ChatRequest = parse_json(&body)?;
-            let plugin_request = request.to_plugin(id);
-            Ok((request, plugin_request))
+            let events = request.to_plugin(id).and_then(|plugin_request| {
+                dispatch(&rt, &request.model, &headers, plugin_request, started)
+            });
+            Ok((request, events))
         })
         .await
         .map_err(Refused::unread)?;
-    let events = plugin_request
-        .and_then(|plugin_request| {
-            dispatch(&runtime, &request.model, &headers, plugin_request, started)
-        })
-        .map_err(|e| Refused::new(runtime.model_label(&request.model), e))?;
+    let events = events.map_err(|e| Refused::new(runtime.model_label(&request.model), e))?;
     let instance = events.instance().clone();
     let meta = ChunkMeta {
         id: format!("chatcmpl-{id}"),

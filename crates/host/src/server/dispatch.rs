@@ -11,6 +11,9 @@ use switchyard_plugin_api::Request;
 
 const RESOLVE_ATTEMPTS: usize = 3;
 
+/// Call it through [`Runtime::off_the_runtime`], never on an async thread: a plugin's `submit`
+/// may do CPU work bounded only by the request caps (Phi4MM tokenizes the prompt and reads the
+/// media headers to charge its queue).
 pub fn dispatch(
     runtime: &Runtime,
     model: &str,

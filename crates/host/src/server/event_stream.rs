@@ -141,7 +141,9 @@ impl EventStream {
             instance: instance.name.clone().into(),
             plugin_version: instance.plugin.version().to_string().into(),
         };
-        let record = RequestRecord::new(metrics.clone(), served_by, model, endpoint, started);
+        let series = metrics.request_series(&instance.served_labels());
+        let record =
+            RequestRecord::new(metrics.clone(), served_by, series, model, endpoint, started);
         Ok(Self {
             admission,
             events,
@@ -227,8 +229,10 @@ impl EventStream {
 
     /// Reads one event and does what it implies for the admission and the record.
     fn step(&mut self, event: Option<Event>) -> Option<Step> {
-        if matches!(event, Some(Event::Token { .. })) {
-            self.record.token();
+        match &event {
+            Some(Event::Token { .. }) => self.record.token(),
+            Some(Event::Started { prompt_tokens }) => self.record.started(*prompt_tokens),
+            _ => {}
         }
         let mut step = read(event, self.logprobs_wanted)?;
         if let Step::Finished {

@@ -1,7 +1,7 @@
 //! Per-request bookkeeping for metrics: one record per admitted request, written when it is
 //! dropped, however the request ends (finished, failed, or dropped because the client went away).
 
-use crate::metrics::{Metrics, RequestEnd, ServedBy};
+use crate::metrics::{Metrics, RequestEnd, RequestSeries, ServedBy};
 use std::time::Instant;
 
 /// The HTTP-like status of a request whose client went away before it ended.
@@ -10,10 +10,13 @@ const CLIENT_CLOSED: u16 = 499;
 pub struct RequestRecord {
     metrics: Metrics,
     served_by: ServedBy,
+    /// The instance's `vllm:*` series.
+    series: RequestSeries,
     model: String,
     endpoint: &'static str,
     started: Instant,
-    first_token: Option<Instant>,
+    /// When the last token came, if one did.
+    last_token: Option<Instant>,
     /// HTTP-like status to record; [`CLIENT_CLOSED`] unless set otherwise.
     status: u16,
     error_kind: Option<&'static str>,
@@ -23,6 +26,7 @@ impl RequestRecord {
     pub fn new(
         metrics: Metrics,
         served_by: ServedBy,
+        series: RequestSeries,
         model: &str,
         endpoint: &'static str,
         started: Instant,
@@ -30,20 +34,30 @@ impl RequestRecord {
         Self {
             metrics,
             served_by,
+            series,
             model: model.into(),
             endpoint,
             started,
-            first_token: None,
+            last_token: None,
             status: CLIENT_CLOSED,
             error_kind: None,
         }
     }
 
+    /// The plugin took the prompt in (`Event::Started`).
+    pub fn started(&mut self, prompt_tokens: u32) {
+        self.series.prompt(prompt_tokens);
+    }
+
     pub fn token(&mut self) {
-        if self.first_token.is_none() {
-            self.first_token = Some(Instant::now());
-            self.metrics
-                .first_token(&self.served_by, self.started.elapsed());
+        let now = Instant::now();
+        match self.last_token.replace(now) {
+            None => {
+                let after = now - self.started;
+                self.metrics.first_token(&self.served_by, after);
+                self.series.token(true, after);
+            }
+            Some(previous) => self.series.token(false, now - previous),
         }
     }
 
@@ -63,6 +77,7 @@ impl Drop for RequestRecord {
             None if self.status == CLIENT_CLOSED => Some("client_closed"),
             kind => kind,
         };
+        self.series.ended(self.started.elapsed());
         self.metrics.request_ended(&RequestEnd {
             served_by: &self.served_by,
             model: &self.model,

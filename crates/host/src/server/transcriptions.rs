@@ -159,7 +159,11 @@ pub async fn transcriptions(
             }],
         )
     };
-    let events = dispatch(&runtime, &model, &headers, request, started)
+    // The plugin's admission may probe the clip and tokenize the prompt: on the blocking pool.
+    let (rt, requested) = (runtime.clone(), model.clone());
+    let events = runtime
+        .off_the_runtime(move || dispatch(&rt, &requested, &headers, request, started))
+        .await
         .map_err(|e| Refused::new(runtime.model_label(&model), e))?;
     let instance = events.instance().clone();
     let retry_after = runtime.current().config.server().retry_after_secs;

@@ -109,8 +109,58 @@ fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, Audi
     let (reader, frames) = open_wav(bytes, options)?;
     let spec = reader.spec();
     let channels = usize::from(spec.channels);
-    let mut mono = Vec::with_capacity(frames);
     let inv_channels = 1.0 / channels as f64;
+    if (spec.sample_format, spec.bits_per_sample) == (hound::SampleFormat::Int, 16) {
+        let samples = reader.len() as usize;
+        if let Some(data) = pcm16_data(reader.into_inner(), samples) {
+            return Ok(DecodedAudio {
+                samples: average_pcm16(data, channels, inv_channels),
+                sample_rate: spec.sample_rate,
+            });
+        }
+        // Not plain 2-byte samples (or cut short): hound reads it, or says what is wrong.
+        let (reader, _) = open_wav(bytes, options)?;
+        return decode_wav_samples(reader, frames, channels, inv_channels);
+    }
+    decode_wav_samples(reader, frames, channels, inv_channels)
+}
+
+/// The data chunk of a 16-bit PCM clip whose reader hound has just opened (so it stands at the
+/// first sample, right after the chunk's 8-byte header), when the samples are stored in 2 bytes
+/// each and all `samples` are present. hound does not expose its bytes-per-sample; its reader
+/// refuses a chunk that is not a whole number of them, so `data_len = samples · bytes` and
+/// 2 bytes is `data_len == 2 · samples`.
+fn pcm16_data(cursor: Cursor<&[u8]>, samples: usize) -> Option<&[u8]> {
+    let start = usize::try_from(cursor.position()).ok()?;
+    let bytes = *cursor.get_ref();
+    let header = bytes.get(start.checked_sub(8)?..start)?;
+    let data_len = u32::from_le_bytes(header[4..8].try_into().ok()?) as usize;
+    if &header[..4] != b"data" || samples == 0 || data_len != samples.checked_mul(2)? {
+        return None;
+    }
+    bytes.get(start..start.checked_add(data_len)?)
+}
+
+/// [`accumulate`]'s arithmetic on little-endian 16-bit samples read straight from the bytes
+/// (hound's per-sample reader costs more than the rest of a clip's features).
+fn average_pcm16(data: &[u8], channels: usize, inv_channels: f64) -> Vec<f64> {
+    let value = |b: &[u8]| f64::from(i16::from_le_bytes([b[0], b[1]])) * (1.0 / 32768.0);
+    if channels == 1 {
+        return data.chunks_exact(2).map(value).collect();
+    }
+    data.chunks_exact(2 * channels)
+        .map(|frame| frame.chunks_exact(2).map(value).fold(0.0, |acc, v| acc + v) * inv_channels)
+        .collect()
+}
+
+fn decode_wav_samples(
+    reader: WavReader<'_>,
+    frames: usize,
+    channels: usize,
+    inv_channels: f64,
+) -> Result<DecodedAudio, AudioError> {
+    let spec = reader.spec();
+    let mut mono = Vec::with_capacity(frames);
     match (spec.sample_format, spec.bits_per_sample) {
         (hound::SampleFormat::Float, 32) => accumulate(
             reader.into_samples::<f32>().map(|s| s.map(f64::from)),
@@ -349,4 +399,45 @@ fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio
         samples: mono,
         sample_rate: rate,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The direct 16-bit read equals hound's per-sample reader (mono and 3 channels, with a
+    /// chunk after the data that must not be read as samples).
+    #[test]
+    fn pcm16_fast_path_equals_hound() {
+        for channels in [1u16, 3] {
+            let spec = hound::WavSpec {
+                channels,
+                sample_rate: 16000,
+                bits_per_sample: 16,
+                sample_format: hound::SampleFormat::Int,
+            };
+            let mut cursor = Cursor::new(Vec::new());
+            let mut writer = hound::WavWriter::new(&mut cursor, spec).unwrap();
+            for i in 0..3000i32 {
+                writer
+                    .write_sample(((i * 7919) % 65536 - 32768) as i16)
+                    .unwrap();
+            }
+            writer.finalize().unwrap();
+            let mut bytes = cursor.into_inner();
+            bytes.extend_from_slice(b"LIST\x04\x00\x00\x00abcd");
+            let options = AudioOptions::default();
+            let fast = decode_with(&bytes, &options).unwrap();
+            let (reader, _) = open_wav(&bytes, &options).unwrap();
+            assert!(
+                pcm16_data(reader.into_inner(), 3000).is_some(),
+                "fast path taken"
+            );
+            let (reader, frames) = open_wav(&bytes, &options).unwrap();
+            let inv = 1.0 / f64::from(channels);
+            let slow = decode_wav_samples(reader, frames, usize::from(channels), inv).unwrap();
+            assert_eq!(fast, slow, "{channels} channels");
+            assert_eq!(fast.samples.len(), 3000 / usize::from(channels));
+        }
+    }
 }

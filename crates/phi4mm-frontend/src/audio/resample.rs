@@ -1,6 +1,7 @@
 //! Sampling-rate handling: SciPy-equal polyphase resampling and the original code's rate rules.
 
 use super::resample_mode::ResampleMode;
+use rayon::prelude::*;
 
 /// Which spectrum recipe the prepared waveform goes through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,8 +120,7 @@ pub fn resample_poly(x: &[f64], up: usize, down: usize) -> Vec<f64> {
     let pre_remove = (half_len + pre_pad) / down;
     // Padded filter index k maps to h[k - pre_pad]; post padding only adds zeros.
     let taps = h.len();
-    let mut y = Vec::with_capacity(n_out);
-    for i in pre_remove..pre_remove + n_out {
+    let output = |i: usize| -> f64 {
         let m = i * down; // index into the full-rate (upsampled) convolution
                           // Padded taps k ≡ m (mod up) meet input x[(m − k) / up]; walk k upwards (the order of
                           // SciPy's sum) while the input index walks downwards, without a division per tap.
@@ -134,8 +134,7 @@ pub fn resample_poly(x: &[f64], up: usize, down: usize) -> Vec<f64> {
         if k < pre_pad {
             let skip = (pre_pad - k).div_ceil(up);
             if skip > j {
-                y.push(0.0);
-                continue;
+                return 0.0;
             }
             k += skip * up;
             j -= skip;
@@ -146,14 +145,25 @@ pub fn resample_poly(x: &[f64], up: usize, down: usize) -> Vec<f64> {
         } else {
             0
         };
-        let acc = h[first..]
+        h[first..]
             .iter()
             .step_by(up)
             .take(count)
             .zip(x[..=j].iter().rev())
-            .fold(0.0, |acc, (hk, xj)| acc + hk * xj);
-        y.push(acc);
-    }
+            .fold(0.0, |acc, (hk, xj)| acc + hk * xj)
+    };
+    // Outputs are independent: blocks of them go to the caller's rayon pool, each computed
+    // exactly as alone.
+    const OUTPUTS_PER_TASK: usize = 8192;
+    let mut y = vec![0.0; n_out];
+    y.par_chunks_mut(OUTPUTS_PER_TASK)
+        .enumerate()
+        .for_each(|(block, chunk)| {
+            let base = pre_remove + block * OUTPUTS_PER_TASK;
+            for (offset, v) in chunk.iter_mut().enumerate() {
+                *v = output(base + offset);
+            }
+        });
     y
 }
 

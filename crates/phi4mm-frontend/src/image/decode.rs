@@ -77,7 +77,7 @@ pub fn to_rgb_on_white(image: DynamicImage) -> RgbImage {
     if image.color().has_alpha() {
         composite_on_white(&image.to_rgba8())
     } else {
-        image.to_rgb8()
+        image.into_rgb8()
     }
 }
 

@@ -130,11 +130,18 @@ impl HdCanvas {
             });
         }
         let resized = resize_bilinear_antialias(rgb, nw, nh);
-        let mut pixels = vec![255u8; canvas_w * canvas_h * 3];
-        for y in 0..nh {
-            pixels[y * canvas_w * 3..y * canvas_w * 3 + nw * 3]
-                .copy_from_slice(&resized[y * nw * 3..(y + 1) * nw * 3]);
-        }
+        let pixels = if (nw, nh) == (canvas_w, canvas_h) {
+            resized
+        } else {
+            let mut pixels = vec![255u8; canvas_w * canvas_h * 3];
+            for (dst, src) in pixels
+                .chunks_exact_mut(canvas_w * 3)
+                .zip(resized.chunks_exact(nw * 3))
+            {
+                dst[..nw * 3].copy_from_slice(src);
+            }
+            pixels
+        };
         let (pad_w, pad_h) = (canvas_w - nw, canvas_h - nh);
         let (mask_w, mask_h) = (MASK_SIDE * tw, MASK_SIDE * th);
         // Padding narrower than a patch is not masked (floor).
@@ -156,10 +163,11 @@ impl HdCanvas {
         })
     }
 
-    /// Canvas normalised to [−1, 1], planar `[3, height, width]`: `(u8 − 127.5) / 127.5` in
-    /// float32, which is bit-equal to the reference's rescale-then-normalise.
+    /// Canvas normalised to [−1, 1], planar `[3, height, width]`, through
+    /// [`super::crops::normalise_table`] (the model inputs take the table's values directly from
+    /// the bytes; this is for tools that want the whole canvas).
     pub fn normalised(&self) -> Vec<f32> {
-        let lut: Vec<f32> = (0..256).map(|v| (v as f32 - 127.5) / 127.5).collect();
+        let lut = super::crops::normalise_table();
         let n = self.height * self.width;
         let mut out = vec![0f32; 3 * n];
         for (i, px) in self.pixels.chunks_exact(3).enumerate() {

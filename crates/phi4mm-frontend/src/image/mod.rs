@@ -5,12 +5,14 @@
 //!    before decoding; transparency is composited onto white like Pillow's `alpha_composite`.
 //! 2. [`hd`]: crop grid, antialiased bilinear [`resize`] (PyTorch's float path, bit-equal to the
 //!    reference), white padding, patch mask, token count.
-//! 3. [`bicubic`]: the global crop (PyTorch bicubic, a = −0.75, no antialias) and the tiles.
+//! 3. [`crops`]: normalisation fused into the [`bicubic`] global crop (PyTorch bicubic,
+//!    a = −0.75, no antialias) and the tiles.
 //!
 //! Entry points: [`preprocess`] (bytes) and [`preprocess_rgb`] (decoded pixels).
 
 pub mod bicubic;
 mod constants;
+pub mod crops;
 pub mod decode;
 mod error;
 pub mod hd;
@@ -63,23 +65,8 @@ pub fn preprocess_rgb(
 ) -> Result<PreprocessedImage, ImageError> {
     let canvas = hd::HdCanvas::build(rgb, max_crops)?;
     let (th, tw) = canvas.crop_grid;
-    let normalised = canvas.normalised();
     let (ch, cw) = (canvas.height, canvas.width);
-    let plane = CROP * CROP;
-    let crops = 1 + th * tw;
-    let mut pixel_values = Vec::with_capacity(crops * 3 * plane);
-    pixel_values.extend(bicubic::resize_chw(&normalised, 3, ch, cw, CROP, CROP));
-    for r in 0..th {
-        for c in 0..tw {
-            for channel in 0..3 {
-                let base = channel * ch * cw;
-                for y in r * CROP..(r + 1) * CROP {
-                    let row = base + y * cw + c * CROP;
-                    pixel_values.extend_from_slice(&normalised[row..row + CROP]);
-                }
-            }
-        }
-    }
+    let pixel_values = crops::pixel_values(&canvas);
     let mut attention_mask = vec![1u8; MASK_SIDE * MASK_SIDE];
     let mask_w = MASK_SIDE * tw;
     for r in 0..th {

@@ -2,30 +2,13 @@
 //! allocation sized from an attacker's header.
 
 use std::io::Cursor;
+use switchyard_fixtures::crafted::{flac_constant, png_bomb_header, wav_header};
 use switchyard_phi4mm_frontend::audio::{
     self, AudioError, AudioOptions, RequestAudioError, ResampleMode, SampleLimit,
 };
 use switchyard_phi4mm_frontend::image::{self, ImageError, ImageOptions};
 use switchyard_phi4mm_frontend::limits::{LimitError, Limits};
 use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, PromptError, Role};
-
-fn wav_header(rate: u32, channels: u16, bits: u16, format_tag: u16, data_len: u32) -> Vec<u8> {
-    let block = channels * bits / 8;
-    let mut h = Vec::new();
-    h.extend_from_slice(b"RIFF");
-    h.extend_from_slice(&data_len.wrapping_add(36).to_le_bytes());
-    h.extend_from_slice(b"WAVEfmt ");
-    h.extend_from_slice(&16u32.to_le_bytes());
-    h.extend_from_slice(&format_tag.to_le_bytes());
-    h.extend_from_slice(&channels.to_le_bytes());
-    h.extend_from_slice(&rate.to_le_bytes());
-    h.extend_from_slice(&(rate * u32::from(block)).to_le_bytes());
-    h.extend_from_slice(&block.to_le_bytes());
-    h.extend_from_slice(&bits.to_le_bytes());
-    h.extend_from_slice(b"data");
-    h.extend_from_slice(&data_len.to_le_bytes());
-    h
-}
 
 fn wav<S: hound::Sample + Copy>(spec: hound::WavSpec, samples: &[S]) -> Vec<u8> {
     let mut cursor = Cursor::new(Vec::new());
@@ -192,44 +175,6 @@ fn wav_sample_formats_decode_like_soundfile() {
         wav(spec(8000, 2, 16, false), &[16384i16, 0, -32768, -16384]),
         &[0.25, -0.75],
     );
-}
-
-/// A PNG whose IHDR claims 100000×100000 (10^10 pixels, 30 GB of RGB).
-fn png_bomb_header(width: u32, height: u32) -> Vec<u8> {
-    fn crc32(data: &[u8]) -> u32 {
-        let mut crc = 0xFFFF_FFFFu32;
-        for &b in data {
-            crc ^= u32::from(b);
-            for _ in 0..8 {
-                crc = if crc & 1 != 0 {
-                    (crc >> 1) ^ 0xEDB8_8320
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        !crc
-    }
-    let chunk = |kind: &[u8], data: &[u8]| {
-        let mut c = (data.len() as u32).to_be_bytes().to_vec();
-        let mut body = kind.to_vec();
-        body.extend_from_slice(data);
-        c.extend_from_slice(&body);
-        c.extend_from_slice(&crc32(&body).to_be_bytes());
-        c
-    };
-    let mut ihdr = Vec::new();
-    ihdr.extend_from_slice(&width.to_be_bytes());
-    ihdr.extend_from_slice(&height.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend(chunk(b"IHDR", &ihdr));
-    png.extend(chunk(
-        b"IDAT",
-        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
-    ));
-    png.extend(chunk(b"IEND", &[]));
-    png
 }
 
 #[test]
@@ -538,81 +483,6 @@ fn a_placeholder_split_across_parts_still_binds_on_the_joined_text() {
     let image_id = p.special().image;
     assert_eq!(encoded.ids.iter().filter(|&&i| i == image_id).count(), 1);
     assert_eq!(encoded.images, vec![&[7u8][..]]);
-}
-
-/// A minimal FLAC stream, written by hand: STREAMINFO, then `frames` fixed-size mono frames of
-/// `block` samples, each one CONSTANT subframe of `value` (16-bit), so a long clip is a few
-/// bytes per frame. `declared` is STREAMINFO's total sample count (0 = unknown length).
-fn flac_constant(rate: u32, block: u16, frames: u32, value: i16, declared: u64) -> Vec<u8> {
-    fn crc8(data: &[u8]) -> u8 {
-        data.iter().fold(0u8, |mut crc, &b| {
-            crc ^= b;
-            for _ in 0..8 {
-                crc = if crc & 0x80 != 0 {
-                    (crc << 1) ^ 0x07
-                } else {
-                    crc << 1
-                };
-            }
-            crc
-        })
-    }
-    fn crc16(data: &[u8]) -> u16 {
-        data.iter().fold(0u16, |mut crc, &b| {
-            crc ^= u16::from(b) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x8005
-                } else {
-                    crc << 1
-                };
-            }
-            crc
-        })
-    }
-    /// FLAC's UTF-8-style coding of a frame number (up to 31 bits).
-    fn utf8_number(n: u32) -> Vec<u8> {
-        if n < 0x80 {
-            return vec![n as u8];
-        }
-        let continuation = match n {
-            0..=0x7ff => 1,
-            0x800..=0xffff => 2,
-            0x1_0000..=0x1f_ffff => 3,
-            0x20_0000..=0x3ff_ffff => 4,
-            _ => 5,
-        };
-        let lead_marker = (0xff00u16 >> (continuation + 1)) as u8;
-        let mut out = vec![lead_marker | (n >> (6 * continuation)) as u8];
-        for k in (0..continuation).rev() {
-            out.push(0x80 | ((n >> (6 * k)) & 0x3f) as u8);
-        }
-        out
-    }
-    assert!(block >= 16 && u64::from(rate) < (1 << 20) && declared < (1 << 36));
-    let mut out = b"fLaC".to_vec();
-    out.extend_from_slice(&[0x80, 0, 0, 34]); // last metadata block, STREAMINFO, 34 bytes
-    out.extend_from_slice(&block.to_be_bytes()); // min block size
-    out.extend_from_slice(&block.to_be_bytes()); // max block size
-    out.extend_from_slice(&[0; 6]); // min / max frame size unknown
-                                    // 20 bits rate, 3 bits channels − 1 (mono), 5 bits bits-per-sample − 1 (16), 36 bits total.
-    let packed: u64 = (u64::from(rate) << 44) | (15 << 36) | declared;
-    out.extend_from_slice(&packed.to_be_bytes());
-    out.extend_from_slice(&[0; 16]); // no MD5
-    for number in 0..frames {
-        // Sync + fixed blocking, block size from the 16 bits after the number (code 7), rate
-        // from STREAMINFO (0), mono (0), 16 bits per sample (code 4), reserved 0.
-        let mut frame = vec![0xff, 0xf8, 0x70, 0x08];
-        frame.extend(utf8_number(number));
-        frame.extend_from_slice(&(block - 1).to_be_bytes());
-        frame.push(crc8(&frame));
-        frame.push(0x00); // CONSTANT subframe, no wasted bits
-        frame.extend_from_slice(&value.to_be_bytes());
-        let crc = crc16(&frame);
-        frame.extend_from_slice(&crc.to_be_bytes());
-        out.extend(frame);
-    }
-    out
 }
 
 #[test]
@@ -1010,5 +880,126 @@ fn audio_bombs_keep_peak_memory_bounded() {
     assert!(
         unbounded > 2.0 * BOUND_MB,
         "unbounded decode grew only {unbounded:.1} MB"
+    );
+}
+
+/// Set in the child process that [`metadata_bombs_are_refused_within_a_small_address_space`]
+/// re-executes this test binary as: `guarded:<clip>` or `symphonia:<clip>`.
+#[cfg(target_os = "linux")]
+const ADDRESS_SPACE_CHILD: &str = "SWITCHYARD_FRONTEND_ADDRESS_SPACE_CHILD";
+
+/// symphonia alone on `clip`, without the front end's guard: the probe (which reads the
+/// metadata), then the decoder (which reads the codec's setup).
+#[cfg(target_os = "linux")]
+fn symphonia_unguarded(clip: &[u8]) {
+    use symphonia::core::io::MediaSourceStream;
+    let source = MediaSourceStream::new(
+        Box::new(std::io::Cursor::new(clip.to_vec())),
+        Default::default(),
+    );
+    let probe = symphonia::default::get_probe();
+    let hint = symphonia::core::probe::Hint::new();
+    if let Ok(probed) = probe.format(&hint, source, &Default::default(), &Default::default()) {
+        if let Some(track) = probed.format.tracks().first() {
+            let codecs = symphonia::default::get_codecs();
+            let _ = codecs.make(&track.codec_params, &Default::default());
+        }
+    }
+}
+
+/// Clips whose metadata states sizes symphonia allocates before reading or checking them: each
+/// must be refused without the allocation. Overcommitted memory hides a 4 GiB request (no page is
+/// touched), so each clip is decoded in a child process whose address space is capped at 1 GiB
+/// (`ulimit -v`), where such an allocation aborts the process. The same clip given to symphonia
+/// directly does abort there: the cap shows what the guard prevents.
+#[cfg(target_os = "linux")]
+#[test]
+fn metadata_bombs_are_refused_within_a_small_address_space() {
+    use switchyard_fixtures::crafted::{id3v2_tag, ogg_vorbis_codebook_bomb};
+    let mut picture = flac_constant(44_100, 4096, 1, 0, 4096);
+    // A PICTURE block after STREAMINFO, stating a 4 GiB media type.
+    picture.truncate(4 + 4 + 34);
+    picture[4] &= 0x7f; // STREAMINFO is no longer the last block
+    picture.extend_from_slice(&[0x86, 0, 0, 12]);
+    picture.extend_from_slice(&3u32.to_be_bytes());
+    picture.extend_from_slice(&0xffff_fff0u32.to_be_bytes());
+    picture.extend_from_slice(b"png\0");
+    // A WAV whose first chunk (before `fmt `) states 4 GiB: hound skips it in 1 KiB reads.
+    let mut wav_chunk = b"RIFF\xff\xff\xff\xffWAVELIST\xf0\xff\xff\xff".to_vec();
+    wav_chunk.extend(wav_header(16_000, 1, 16, 1, 4)[12..].iter());
+    // An Ogg page whose segment table states 255 segments of 255 bytes, none of them there.
+    let mut ogg_page = b"OggS\0\x02".to_vec();
+    ogg_page.extend_from_slice(&[0; 20]);
+    ogg_page.push(255);
+    ogg_page.extend_from_slice(&[255; 255]);
+    // The last field: whether symphonia alone is the control (it reads no WAV here).
+    let clips: [(&str, Vec<u8>, bool); 5] = [
+        ("id3v2 title of 4 GiB", id3v2_tag(0xffff_fff0), true),
+        ("flac picture of 4 GiB", picture, true),
+        // 16.7 million entries × 31 dimensions: a 2 GB lookup table.
+        (
+            "vorbis codebook of 2 GB",
+            ogg_vorbis_codebook_bomb(0xff_ffff, 31),
+            true,
+        ),
+        ("wav chunk of 4 GiB", wav_chunk, false),
+        ("ogg page past the clip", ogg_page, false),
+    ];
+    if let Ok(case) = std::env::var(ADDRESS_SPACE_CHILD) {
+        let (how, name) = case.split_once(':').unwrap();
+        let (_, clip, _) = clips.iter().find(|(n, _, _)| *n == name).unwrap();
+        if how == "symphonia" {
+            symphonia_unguarded(clip);
+            println!("SURVIVED");
+        } else {
+            let err = audio::features_from_bytes(clip, &AudioOptions::default()).unwrap_err();
+            println!("REFUSED: {err}");
+        }
+        return;
+    }
+    let child = |case: String| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 1048576 && exec \"$@\"")
+            .arg("sh")
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "hostile::metadata_bombs_are_refused_within_a_small_address_space",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ADDRESS_SPACE_CHILD, case)
+            .output()
+            .unwrap()
+    };
+    for (name, _, has_control) in &clips {
+        let out = child(format!("guarded:{name}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("REFUSED: "),
+            "{name}: {:?}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!(
+            "{name}: {}",
+            stdout.lines().find(|l| l.contains("REFUSED")).unwrap()
+        );
+        if !has_control {
+            continue;
+        }
+        let control = child(format!("symphonia:{name}"));
+        assert!(
+            !control.status.success()
+                && !String::from_utf8_lossy(&control.stdout).contains("SURVIVED"),
+            "{name}: symphonia alone survived the 1 GiB cap, so the cap shows nothing"
+        );
+    }
+    // Stating what it holds, the same tag is no ID3v2 error.
+    let honest = audio::features_from_bytes(&id3v2_tag(8), &AudioOptions::default());
+    assert!(
+        !matches!(&honest, Err(AudioError::Decode(m)) if m.contains("ID3v2")),
+        "{honest:?}"
     );
 }

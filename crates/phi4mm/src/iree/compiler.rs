@@ -131,8 +131,14 @@ impl IreeCompiler {
         })
     }
 
-    /// Compiles MLIR text to a VM flatbuffer module.
+    /// Compiles MLIR text to a VM flatbuffer module. One compile at a time per process: two
+    /// concurrent compiles were seen spinning forever in `llvm::TargetRegistry::lookupTarget`
+    /// (const-eval's JIT looking up the host target while the other registered it), so the
+    /// compiler's first use is not thread-safe in this build. Compiles are CPU-bound on every
+    /// core anyway.
     pub fn compile(&self, mlir: &str) -> Result<Vec<u8>> {
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         self.library
             .compiler
             .compile_str(mlir, &self.flags)

@@ -2,12 +2,6 @@
 //! (exact: bf16 is the top half of an f32) and fused-multiply-added against each input row.
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
-
-pub fn has_avx2_fma() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-}
 
 /// 8 bf16 values → 8 f32 (exact: bf16 is the top half of an f32).
 #[inline]

@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use super::path::KernelPath;
 use crate::checkpoint::{TensorView, WeightData};
 
 /// Up to this many input rows use the GEMV path (each weight byte is read once per call).
@@ -75,7 +76,7 @@ pub fn linear(x: &[f32], rows: usize, w: Matrix, bias: Option<&[f32]>, y: &mut [
         return;
     }
     if rows <= GEMV_MAX_ROWS {
-        gemv(x, rows, w, y);
+        gemv(x, rows, w, y, Store::Set);
     } else {
         gemm_tiled(x, rows, w, y);
     }
@@ -83,6 +84,36 @@ pub fn linear(x: &[f32], rows: usize, w: Matrix, bias: Option<&[f32]>, y: &mut [
         for row in y.chunks_mut(w.out_dim) {
             for (v, bb) in row.iter_mut().zip(b) {
                 *v += bb;
+            }
+        }
+    }
+}
+
+/// `y[dst[r], :] += scale · W · x[r, :]` for each input row `r` of `x` (`[dst.len(), in]`); `y` is
+/// `[_, out]`. The LoRA up-projection: its products land straight in the base output, without a
+/// temporary and a second pass over it. `dst` must not repeat a row.
+pub fn linear_add_rows(x: &[f32], w: Matrix, scale: f32, y: &mut [f32], dst: &[usize]) {
+    let rows = dst.len();
+    assert_eq!(x.len(), rows * w.in_dim, "linear_add_rows: input size");
+    assert!(
+        dst.iter().all(|&r| (r + 1) * w.out_dim <= y.len()),
+        "linear_add_rows: output row out of range"
+    );
+    if rows == 0 {
+        return;
+    }
+    if rows <= GEMV_MAX_ROWS {
+        let mut seen = [usize::MAX; GEMV_MAX_ROWS];
+        for (i, &r) in dst.iter().enumerate() {
+            assert!(!seen[..i].contains(&r), "linear_add_rows: row {r} repeated");
+            seen[i] = r;
+        }
+        gemv(x, rows, w, y, Store::AddScaled { dst, scale });
+    } else {
+        let t = linear_new(x, rows, w, None);
+        for (tr, &r) in t.chunks(w.out_dim).zip(dst) {
+            for (o, v) in y[r * w.out_dim..(r + 1) * w.out_dim].iter_mut().zip(tr) {
+                *o += scale * v;
             }
         }
     }
@@ -98,56 +129,139 @@ pub fn linear_new(x: &[f32], rows: usize, w: Matrix, bias: Option<&[f32]>) -> Ve
 // ---------------------------------------------------------------------------------------------
 // GEMV path
 
-/// Output rows handled per rayon task: enough work to amortise scheduling, small enough to
-/// balance the two to sixteen cores this runs on.
+/// At most this many output rows per rayon task: enough work to amortise scheduling, small
+/// enough to balance the two to sixteen cores this runs on.
 const GEMV_CHUNK: usize = 64;
 
-fn gemv(x: &[f32], rows: usize, w: Matrix, y: &mut [f32]) {
+/// How the GEMV writes output element (r, o).
+#[derive(Clone, Copy)]
+enum Store<'a> {
+    /// `y[r, o] = v`
+    Set,
+    /// `y[dst[r], o] += scale · v`
+    AddScaled { dst: &'a [usize], scale: f32 },
+}
+
+fn gemv(x: &[f32], rows: usize, w: Matrix, y: &mut [f32], store: Store) {
     let out_dim = w.out_dim;
     let in_dim = w.in_dim;
     let yp = SendPtr(y.as_mut_ptr());
-    let chunks = out_dim.div_ceil(GEMV_CHUNK);
+    // Small matrices (a LoRA down-projection has r ≤ a few hundred rows) still spread over every
+    // thread: about four tasks per thread.
+    let chunk = out_dim
+        .div_ceil(4 * rayon::current_num_threads())
+        .clamp(1, GEMV_CHUNK);
+    let chunks = out_dim.div_ceil(chunk);
+    let path = super::path::active();
     (0..chunks).into_par_iter().for_each(|c| {
-        let o0 = c * GEMV_CHUNK;
-        let o1 = (o0 + GEMV_CHUNK).min(out_dim);
-        let mut acc = [0f32; GEMV_MAX_ROWS];
-        for o in o0..o1 {
-            dot_rows(w.data, o * in_dim, in_dim, x, rows, &mut acc[..rows]);
+        let o0 = c * chunk;
+        let o1 = (o0 + chunk).min(out_dim);
+        let put = |o: usize, acc: &[f32]| {
             for (r, &v) in acc[..rows].iter().enumerate() {
-                // SAFETY: (r, o) pairs are disjoint across tasks (each task owns columns o0..o1).
-                unsafe { *yp.ptr().add(r * out_dim + o) = v };
+                // SAFETY: the callers checked that every written index is inside `y`; (row, o)
+                // pairs are disjoint across tasks (each task owns columns o0..o1, and `dst` rows
+                // are distinct), so no two tasks touch the same element.
+                unsafe {
+                    match store {
+                        Store::Set => *yp.ptr().add(r * out_dim + o) = v,
+                        Store::AddScaled { dst, scale } => {
+                            *yp.ptr().add(dst[r] * out_dim + o) += scale * v
+                        }
+                    }
+                }
+            }
+        };
+        let (mut acc0, mut acc1) = ([0f32; GEMV_MAX_ROWS], [0f32; GEMV_MAX_ROWS]);
+        let mut o = o0;
+        while o < o1 {
+            if o + 1 < o1 && dot2_rows(path, w.data, o, in_dim, x, rows, &mut acc0, &mut acc1) {
+                put(o, &acc0);
+                put(o + 1, &acc1);
+                o += 2;
+            } else {
+                dot_rows(path, w.data, o * in_dim, in_dim, x, rows, &mut acc0);
+                put(o, &acc0);
+                o += 1;
             }
         }
     });
 }
 
+/// Weight rows `o` and `o + 1` against every input row at once, where that pays (AVX-512, bf16,
+/// more than one input row: each input load then feeds two FMAs). False: not done, use
+/// [`dot_rows`].
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn dot2_rows(
+    path: KernelPath,
+    w: WeightData,
+    o: usize,
+    n: usize,
+    x: &[f32],
+    rows: usize,
+    acc0: &mut [f32],
+    acc1: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if let (KernelPath::Avx512, WeightData::Bf16(s), true) = (path, w, rows > 1) {
+        let (w0, w1) = (&s[o * n..(o + 1) * n], &s[(o + 1) * n..(o + 2) * n]);
+        assert!(x.len() >= rows * n && acc0.len() >= rows && acc1.len() >= rows);
+        assert!(path.supported(), "kernel path {path} not supported");
+        // SAFETY: AVX-512 supported (asserted), lengths asserted above.
+        unsafe { super::avx512::dot2_rows_bf16_avx512(w0, w1, x, rows, acc0, acc1) };
+        return true;
+    }
+    let _ = (path, w, o, n, x, rows, acc0, acc1);
+    false
+}
+
 /// `acc[r] = Σ_k W[off + k] · x[r·n + k]` for every input row r.
 #[inline]
-fn dot_rows(w: WeightData, off: usize, n: usize, x: &[f32], rows: usize, acc: &mut [f32]) {
+fn dot_rows(
+    path: KernelPath,
+    w: WeightData,
+    off: usize,
+    n: usize,
+    x: &[f32],
+    rows: usize,
+    acc: &mut [f32],
+) {
     match w {
-        WeightData::Bf16(s) => {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if super::avx2::has_avx2_fma() {
-                    // SAFETY: the CPU supports AVX2 and FMA (checked above).
-                    unsafe { super::avx2::dot_rows_bf16_avx2(&s[off..off + n], x, rows, acc) };
-                    return;
-                }
-            }
-            dot_rows_scalar(
-                |k| crate::checkpoint::store::bf16_to_f32(s[off + k]),
-                n,
-                x,
-                acc,
-            );
-        }
+        WeightData::Bf16(s) => dot_rows_bf16(path, &s[off..off + n], x, rows, acc),
         WeightData::F16(s) => dot_rows_scalar(
             |k| crate::checkpoint::store::f16_to_f32(s[off + k]),
             n,
             x,
-            acc,
+            &mut acc[..rows],
         ),
-        WeightData::F32(s) => dot_rows_scalar(|k| s[off + k], n, x, acc),
+        WeightData::F32(s) => dot_rows_scalar(|k| s[off + k], n, x, &mut acc[..rows]),
+    }
+}
+
+/// One bf16 weight row `w` dotted with `rows` rows of `x` on `path`.
+#[inline]
+fn dot_rows_bf16(path: KernelPath, w: &[u16], x: &[f32], rows: usize, acc: &mut [f32]) {
+    assert!(x.len() >= rows * w.len() && acc.len() >= rows);
+    // `path::active` only yields supported paths; the check keeps this function safe for any
+    // caller (a cached flag, negligible next to a weight row's dot).
+    assert!(path.supported(), "kernel path {path} not supported");
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the CPU supports the path and the lengths hold (both asserted above).
+            unsafe { super::avx512::dot_rows_bf16_avx512(w, x, rows, acc) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 => {
+            // SAFETY: as above, for AVX2 + FMA.
+            unsafe { super::avx2::dot_rows_bf16_avx2(w, x, rows, acc) }
+        }
+        _ => dot_rows_scalar(
+            |k| crate::checkpoint::store::bf16_to_f32(w[k]),
+            w.len(),
+            x,
+            &mut acc[..rows],
+        ),
     }
 }
 
@@ -228,18 +342,147 @@ fn gemm_tiled(x: &[f32], rows: usize, w: Matrix, y: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// Each SIMD path's bf16 dot against the scalar path, for lengths that hit every tail of the
+    /// 8-, 16- and 32-wide loops and every row count of the GEMV. A path this CPU lacks is
+    /// reported on stderr outside the test harness's capture, so the skip is visible.
+    #[test]
+    fn every_simd_path_matches_scalar() {
+        let mut seed = 99u64;
+        for path in [KernelPath::Avx512, KernelPath::Avx2] {
+            if !path.supported() {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: kernel path {path} is not supported by this CPU; its unit test did not run"
+                );
+                continue;
+            }
+            for n in [
+                1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1024, 3072, 3075,
+            ] {
+                let w: Vec<u16> = (0..n)
+                    .map(|_| (lcg(&mut seed).to_bits() >> 16) as u16)
+                    .collect();
+                for rows in 1..=GEMV_MAX_ROWS {
+                    let x: Vec<f32> = (0..rows * n).map(|_| lcg(&mut seed)).collect();
+                    let mut want = [0f32; GEMV_MAX_ROWS];
+                    let mut got = [f32::NAN; GEMV_MAX_ROWS];
+                    dot_rows_bf16(KernelPath::Scalar, &w, &x, rows, &mut want);
+                    dot_rows_bf16(path, &w, &x, rows, &mut got);
+                    for (r, (g, e)) in got[..rows].iter().zip(&want).enumerate() {
+                        // Summation order differs: f32 rounding of a length-n sum of |terms| ≤ 1.
+                        let tol = 1e-6 * n as f32;
+                        assert!(
+                            (g - e).abs() <= tol,
+                            "{path} n={n} rows={rows} row {r}: {g} vs scalar {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The two-weight-row AVX-512 loop against the scalar path, through the GEMV (odd and even
+    /// output counts, every row count).
+    #[test]
+    fn paired_rows_match_scalar() {
+        if !KernelPath::Avx512.supported() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: kernel path avx512 is not supported by this CPU; its paired-row test did not run"
+            );
+            return;
+        }
+        let mut seed = 5u64;
+        for n in [7, 16, 33, 1024] {
+            let w: Vec<u16> = (0..5 * n)
+                .map(|_| (lcg(&mut seed).to_bits() >> 16) as u16)
+                .collect();
+            for rows in 2..=GEMV_MAX_ROWS {
+                let x: Vec<f32> = (0..rows * n).map(|_| lcg(&mut seed)).collect();
+                let (mut a0, mut a1) = ([0f32; GEMV_MAX_ROWS], [0f32; GEMV_MAX_ROWS]);
+                for o in 0..4 {
+                    assert!(dot2_rows(
+                        KernelPath::Avx512,
+                        WeightData::Bf16(&w),
+                        o,
+                        n,
+                        &x,
+                        rows,
+                        &mut a0,
+                        &mut a1
+                    ));
+                    for (k, got) in [(o, &a0), (o + 1, &a1)] {
+                        let mut want = [0f32; GEMV_MAX_ROWS];
+                        dot_rows_bf16(
+                            KernelPath::Scalar,
+                            &w[k * n..(k + 1) * n],
+                            &x,
+                            rows,
+                            &mut want,
+                        );
+                        for (r, (g, e)) in got[..rows].iter().zip(&want).enumerate() {
+                            assert!(
+                                (g - e).abs() <= 1e-6 * n as f32,
+                                "n={n} rows={rows} out {k} row {r}: {g} vs {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The fused LoRA up-projection equals a plain product added afterwards, on the GEMV and the
+    /// tiled path, with rows scattered out of order.
+    #[test]
+    fn linear_add_rows_matches_product_then_add() {
+        let mut seed = 7u64;
+        let (out_dim, in_dim) = (37, 24);
+        let w: Vec<u16> = (0..out_dim * in_dim)
+            .map(|_| (lcg(&mut seed).to_bits() >> 16) as u16)
+            .collect();
+        let m = Matrix {
+            data: WeightData::Bf16(&w),
+            out_dim,
+            in_dim,
+        };
+        for dst in [
+            vec![3usize],
+            vec![5, 0, 2],
+            (0..12).rev().collect::<Vec<_>>(),
+        ] {
+            let x: Vec<f32> = (0..dst.len() * in_dim).map(|_| lcg(&mut seed)).collect();
+            let y0: Vec<f32> = (0..12 * out_dim).map(|_| lcg(&mut seed)).collect();
+            let mut y = y0.clone();
+            linear_add_rows(&x, m, 0.5, &mut y, &dst);
+            let p = linear_new(&x, dst.len(), m, None);
+            let mut want = y0.clone();
+            for (j, &r) in dst.iter().enumerate() {
+                for o in 0..out_dim {
+                    want[r * out_dim + o] += 0.5 * p[j * out_dim + o];
+                }
+            }
+            for (i, (g, e)) in y.iter().zip(&want).enumerate() {
+                assert!((g - e).abs() < 1e-5, "dst {dst:?} element {i}: {g} vs {e}");
+            }
+        }
+    }
 
     /// bf16 weights with awkward sizes (tails of the 32- and 8-wide loops), every row count from
     /// the GEMV path to the tiled GEMM path, against a plain f64 reference.
     #[test]
     fn gemv_and_gemm_paths_agree_with_reference() {
         let mut seed = 12345u64;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
+        let mut next = || lcg(&mut seed);
         for (out_dim, in_dim) in [(7, 45), (70, 588), (3, 8), (130, 33)] {
             let w: Vec<u16> = (0..out_dim * in_dim)
                 .map(|_| (next().to_bits() >> 16) as u16)

@@ -86,8 +86,7 @@ impl Attention {
         }
         rope.apply(&mut q, nh, pos0, row.mode);
         rope.apply(&mut k, nkv, pos0, row.mode);
-        kv.k.extend_from_slice(&k);
-        kv.v.extend_from_slice(&v);
+        kv.append(&k, &v);
         let (kc, vc) = (&kv.k, &kv.v);
 
         // Heads in parallel; each writes its own column slice of the row's output.

@@ -220,6 +220,10 @@ impl Decoder {
         let rows = hidden.len() / h;
         let v = self.config.vocab_size;
         let all = linear_new(hidden, rows, Matrix::of(&self.lm_head), None);
+        if rows == 1 {
+            // The usual decode step: hand over the buffer instead of copying 200k logits.
+            return vec![all];
+        }
         all.chunks(v).map(<[f32]>::to_vec).collect()
     }
 }

@@ -5,8 +5,7 @@
 use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, LoraAdapter, TensorView};
 
-use crate::kernels::linear::{linear, linear_new, Matrix};
-use crate::kernels::ops::add_scaled;
+use crate::kernels::linear::{linear, linear_add_rows, linear_new, Matrix};
 
 pub struct LoraPair {
     pub a: TensorView,
@@ -63,9 +62,9 @@ impl LoraLinear {
                 )
             });
             let din = w.in_dim;
-            let dout = w.out_dim;
-            // Gather only this adapter's rows; contiguous runs (the usual case: one row's tokens)
-            // still need a copy, which is small next to the GEMMs.
+            // One pass over A and one over B for all of this adapter's rows: gather the rows
+            // (contiguous runs still copy, small next to the products), `A x` into a small
+            // buffer, then `scale · B (A x)` added straight into the base output.
             let mut xs = Vec::with_capacity(idx.len() * din);
             for &t in &idx {
                 xs.extend_from_slice(&x[t * din..(t + 1) * din]);
@@ -73,14 +72,7 @@ impl LoraLinear {
             let r = pair.a.shape[0];
             let mut ax = vec![0.0; idx.len() * r];
             linear(&xs, idx.len(), Matrix::of(&pair.a), None, &mut ax);
-            let bax = linear_new(&ax, idx.len(), Matrix::of(&pair.b), None);
-            for (j, &t) in idx.iter().enumerate() {
-                add_scaled(
-                    &mut y[t * dout..(t + 1) * dout],
-                    &bax[j * dout..(j + 1) * dout],
-                    pair.scale,
-                );
-            }
+            linear_add_rows(&ax, Matrix::of(&pair.b), pair.scale, &mut y, &idx);
         }
         y
     }

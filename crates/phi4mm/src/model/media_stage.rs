@@ -32,6 +32,11 @@ impl MediaStage {
         }
     }
 
+    /// Longest prompt + new tokens one row holds: its KV cache's capacity in positions.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
     /// The encoders this stage runs media through.
     pub fn encoders(&self) -> Arc<dyn MediaEncoders + Send + Sync> {
         self.encoders.clone()

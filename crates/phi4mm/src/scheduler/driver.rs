@@ -13,7 +13,7 @@ use super::row::{Row, RowEnd};
 use crate::step::{StepBackend, StepRow};
 
 use super::job::{Detokenize, FinishReason, Outcome, Ready, RowError};
-use super::state::{Shared, State};
+use super::state::{Shared, SlotView, State};
 
 /// Longest sleep while idle; waiting jobs with deadlines are re-checked at least this often.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
@@ -69,12 +69,11 @@ fn iterate<B: StepBackend>(
             loop {
                 if st.shutdown {
                     let ready: Vec<Ready> = st.ready.drain(..).collect();
-                    st.waiting.clear();
-                    let pending = std::mem::take(&mut st.pending);
+                    let waiting = std::mem::take(&mut st.waiting);
                     st.queued_tokens = 0;
                     st.slots.iter_mut().for_each(|s| *s = None);
                     drop(st);
-                    drop(pending);
+                    drop(waiting);
                     for mut r in ready {
                         r.job.sink.done(Outcome::Finished {
                             reason: FinishReason::Cancelled,
@@ -176,7 +175,12 @@ fn new_row<B: StepBackend>(backend: &B, ready: Ready) -> Row<B::State> {
 
 fn publish<S>(st: &mut State, slots: &[Option<Row<S>>]) {
     for (p, s) in st.slots.iter_mut().zip(slots) {
-        *p = s.as_ref().map(|r| (r.id, r.adapter, r.audio_branch));
+        *p = s.as_ref().map(|r| SlotView {
+            id: r.id,
+            adapter: r.adapter,
+            audio_branch: r.audio_branch,
+            kv_positions: r.prefilled + r.tokens.len().saturating_sub(1),
+        });
     }
 }
 
@@ -249,7 +253,6 @@ fn step<B: StepBackend>(
             return;
         }
     };
-    let mut freed = false;
     let mut finished = Vec::new();
     for (&(i, take), logits) in plan.iter().zip(logits) {
         let row = slots[i].as_mut().expect("planned");
@@ -270,7 +273,6 @@ fn step<B: StepBackend>(
         let alive = row.sink.token(token, &text, logprobs.as_ref());
         if !alive {
             slots[i] = None;
-            freed = true;
             continue;
         }
         let reason = match stop {
@@ -282,7 +284,6 @@ fn step<B: StepBackend>(
             RowEnd::Length => FinishReason::Length,
         };
         let row = slots[i].take().expect("planned");
-        freed = true;
         let outcome = Outcome::Finished {
             reason,
             prompt_tokens: row.prompt_tokens,
@@ -290,10 +291,9 @@ fn step<B: StepBackend>(
         };
         finished.push((row, outcome));
     }
-    // The slot is free (in the stats too) before its client hears that the request finished.
-    if freed {
-        publish(&mut shared.lock(), slots);
-    }
+    // The slot is free (in the stats too) before its client hears that the request finished;
+    // every step publishes, so the KV positions in the stats follow the rows as they grow.
+    publish(&mut shared.lock(), slots);
     for (mut row, outcome) in finished {
         row.sink.done(outcome);
     }

@@ -48,6 +48,8 @@ pub struct SchedulerStats {
     pub rows_per_adapter: [usize; 3],
     /// Running rows with audio per audio-projection branch: `[speech, vision]`.
     pub rows_per_audio_branch: [usize; 2],
+    /// Positions held in the running rows' KV caches, as of the last decoder step.
+    pub kv_positions: usize,
     /// Request id in each slot.
     pub slots: Vec<Option<u64>>,
     /// Decoder steps run since start, by how many rows they carried: element `n - 1` counts the
@@ -148,13 +150,12 @@ impl Scheduler {
         // Not prepared yet: its entry goes now, with its prepare function if no media worker
         // has started it (the media bytes are freed here, not when a worker reaches the job); the
         // worker then finishes the job as cancelled.
-        let (found, pending) = st.unqueue_taking(id);
-        if found {
+        if let Some(entry) = st.unqueue_taking(id) {
             drop(st);
-            drop(pending);
+            drop(entry);
             return true;
         }
-        if st.slots.iter().flatten().any(|(r, _, _)| *r == id) {
+        if st.slots.iter().flatten().any(|s| s.id == id) {
             st.cancel_running.insert(id);
             self.shared.wake.notify_all();
             return true;
@@ -166,9 +167,11 @@ impl Scheduler {
         let st = self.shared.lock();
         let mut rows_per_adapter = [0; 3];
         let mut rows_per_audio_branch = [0; 2];
-        for (_, a, b) in st.slots.iter().flatten() {
-            rows_per_adapter[adapter_index(*a)] += 1;
-            match b {
+        let mut kv_positions = 0;
+        for slot in st.slots.iter().flatten() {
+            rows_per_adapter[adapter_index(slot.adapter)] += 1;
+            kv_positions += slot.kv_positions;
+            match slot.audio_branch {
                 Some(AudioBranch::Speech) => rows_per_audio_branch[0] += 1,
                 Some(AudioBranch::Vision) => rows_per_audio_branch[1] += 1,
                 None => {}
@@ -183,7 +186,8 @@ impl Scheduler {
             free_slots: st.slots.len() - running,
             rows_per_adapter,
             rows_per_audio_branch,
-            slots: st.slots.iter().map(|s| s.map(|(id, _, _)| id)).collect(),
+            kv_positions,
+            slots: st.slots.iter().map(|s| s.map(|s| s.id)).collect(),
             steps_by_rows: self
                 .shared
                 .steps_by_rows

@@ -4,7 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::job::{FinishReason, JobRest, Outcome, PrepareFn, Ready, Refusal, RowError};
-use super::state::{Shared, State};
+use super::state::{Admitted, Shared, State};
 
 /// Charges a job against the bounds and parks its prepare function until a media worker takes
 /// it, or refuses it leaving the state untouched (the prepare function comes back). Returns the
@@ -23,12 +23,18 @@ pub(crate) fn admit(
             Err((r, prepare))
         }
         Ok(()) => {
-            st.waiting.insert(id, prompt_tokens);
-            st.queued_tokens += prompt_tokens;
-            let n = st.next_admission;
+            let admission = st.next_admission;
             st.next_admission += 1;
-            st.pending.insert(id, (n, prepare));
-            Ok(n)
+            st.waiting.insert(
+                id,
+                Admitted {
+                    admission,
+                    tokens: prompt_tokens,
+                    prepare: Some(prepare),
+                },
+            );
+            st.queued_tokens += prompt_tokens;
+            Ok(admission)
         }
     }
 }
@@ -42,7 +48,7 @@ fn check(
     if st.draining {
         return Err(Refusal::Unavailable("the model is draining".into()));
     }
-    if st.waiting.contains_key(&id) || st.slots.iter().flatten().any(|(r, _, _)| *r == id) {
+    if st.waiting.contains_key(&id) || st.slots.iter().flatten().any(|s| s.id == id) {
         return Err(Refusal::Invalid(format!(
             "request id {id} is already admitted"
         )));
@@ -77,19 +83,22 @@ fn cancelled() -> Outcome {
 
 /// Runs on the media pool: takes the job's parked prepare function (gone if the job was
 /// cancelled meanwhile: cancelling drops it), prepares the job, then queues it for a slot.
-/// Panics in the front end or the encoders become `Failed`.
+/// Panics in the front end or the encoders become `Failed`. Every look at the queue after the
+/// lock was released goes through the admission number: a job cancelled while it was being
+/// prepared ends as cancelled, and never touches a job admitted since under the same id.
 pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, admission: u64) {
     let prepare = {
         let mut st = shared.lock();
-        let ours = st
-            .pending
-            .get(&job.id)
-            .is_some_and(|(n, _)| *n == admission);
-        match ours.then(|| st.pending.remove(&job.id)).flatten() {
-            Some((_, prepare)) if !st.shutdown && st.waiting.contains_key(&job.id) => prepare,
-            other => {
+        let prepare = if st.shutdown {
+            None
+        } else {
+            st.admitted(job.id, admission)
+                .and_then(|w| w.prepare.take())
+        };
+        match prepare {
+            Some(prepare) => prepare,
+            None => {
                 drop(st);
-                drop(other);
                 return job.sink.done(cancelled());
             }
         }
@@ -99,7 +108,12 @@ pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, admission: 
         .deadline
         .is_some_and(|d| std::time::Instant::now() >= d)
     {
-        shared.lock().unqueue(job.id);
+        let mut st = shared.lock();
+        if st.admitted(job.id, admission).is_some() {
+            st.unqueue(job.id);
+        }
+        drop(st);
+        drop(prepare);
         return job.sink.done(Outcome::Failed(RowError::Deadline));
     }
     let result = catch_unwind(AssertUnwindSafe(prepare)).unwrap_or_else(|payload| {
@@ -109,14 +123,15 @@ pub(crate) fn prepare_and_enqueue(shared: &Shared, mut job: JobRest, admission: 
         )))
     });
     let mut st = shared.lock();
-    if st.shutdown || !st.waiting.contains_key(&job.id) {
+    if st.shutdown || st.admitted(job.id, admission).is_none() {
         drop(st);
         return job.sink.done(cancelled());
     }
     match result {
         Ok(prompt) => {
             // Charge the real prompt length from now on.
-            let charged = st.waiting.insert(job.id, prompt.prompt_tokens).unwrap_or(0);
+            let entry = st.admitted(job.id, admission).expect("checked above");
+            let charged = std::mem::replace(&mut entry.tokens, prompt.prompt_tokens);
             st.queued_tokens = st.queued_tokens - charged + prompt.prompt_tokens;
             job.prompt_tokens = prompt.prompt_tokens;
             st.ready.push_back(Ready { job, prompt });

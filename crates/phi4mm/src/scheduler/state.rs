@@ -9,21 +9,40 @@ use crate::adapter::{AdapterMode, AudioBranch};
 use super::config::SchedulerConfig;
 use super::job::{PrepareFn, Ready};
 
+/// What the stats see of an occupied slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotView {
+    pub id: u64,
+    pub adapter: AdapterMode,
+    pub audio_branch: Option<AudioBranch>,
+    /// Positions in the row's KV cache: the prompt tokens prefilled so far, then one per
+    /// generated token already fed back (the token just sampled is not in the cache yet).
+    pub kv_positions: usize,
+}
+
+/// One admitted job that has no slot yet.
+pub(crate) struct Admitted {
+    /// Unique per admission: a job cancelled and then submitted again under the same request id
+    /// gets a new number, so the media worker still preparing the old one can tell that the
+    /// entry is no longer its own and leaves it alone.
+    pub admission: u64,
+    /// Prompt tokens charged against the queue bound.
+    pub tokens: usize,
+    /// The prepare function (and so the media bytes it owns) until a media worker takes it:
+    /// cancelling a job removes its entry, which drops its media at once.
+    pub prepare: Option<PrepareFn>,
+}
+
 #[derive(Default)]
 pub(crate) struct State {
-    /// Admitted and not in a slot: id → prompt tokens charged.
-    pub waiting: HashMap<u64, usize>,
+    /// Admitted and not in a slot, by request id.
+    pub waiting: HashMap<u64, Admitted>,
     pub queued_tokens: usize,
-    /// Prepare functions (and so the media bytes they own) of admitted jobs that no media worker
-    /// has started yet: id → (admission number, prepare). Cancelling a waiting job removes its
-    /// entry, which drops the media at once; a worker takes the entry only if the number still
-    /// matches (an id cancelled and submitted again gets a new number).
-    pub pending: HashMap<u64, (u64, PrepareFn)>,
     /// The next admission number.
     pub next_admission: u64,
     pub ready: VecDeque<Ready>,
     /// Slot occupancy as the driver last published it.
-    pub slots: Vec<Option<(u64, AdapterMode, Option<AudioBranch>)>>,
+    pub slots: Vec<Option<SlotView>>,
     /// Running rows to drop at the next step boundary.
     pub cancel_running: HashSet<u64>,
     pub draining: bool,
@@ -35,24 +54,26 @@ impl State {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 
+    /// The waiting entry of admission `admission` of job `id`, if it is still there: `None` once
+    /// the job was cancelled, even if the id has been admitted again since.
+    pub fn admitted(&mut self, id: u64, admission: u64) -> Option<&mut Admitted> {
+        self.waiting
+            .get_mut(&id)
+            .filter(|w| w.admission == admission)
+    }
+
     /// Forgets a waiting job's admission charge (and its unstarted prepare function); false if it
     /// was not waiting.
     pub fn unqueue(&mut self, id: u64) -> bool {
-        self.unqueue_taking(id).0
+        self.unqueue_taking(id).is_some()
     }
 
-    /// [`unqueue`](Self::unqueue), handing back the job's unstarted prepare function so the
-    /// caller drops it (and the media it owns) outside the lock.
-    pub fn unqueue_taking(&mut self, id: u64) -> (bool, Option<PrepareFn>) {
-        let pending = self.pending.remove(&id).map(|(_, p)| p);
-        let found = match self.waiting.remove(&id) {
-            Some(tokens) => {
-                self.queued_tokens -= tokens;
-                true
-            }
-            None => false,
-        };
-        (found, pending)
+    /// [`unqueue`](Self::unqueue), handing back the job's entry so the caller drops its unstarted
+    /// prepare function (and the media it owns) outside the lock.
+    pub fn unqueue_taking(&mut self, id: u64) -> Option<Admitted> {
+        let entry = self.waiting.remove(&id)?;
+        self.queued_tokens -= entry.tokens;
+        Some(entry)
     }
 }
 

@@ -8,6 +8,7 @@ mod iree_support;
 mod model_support;
 mod scheduler_support;
 
+mod kernel_paths;
 mod model_batch;
 mod model_cases;
 mod model_checkpoint;

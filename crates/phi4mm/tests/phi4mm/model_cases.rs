@@ -22,7 +22,7 @@ fn model(layout_dir: &str) -> &'static Arc<Phi4mm> {
     })
 }
 
-fn run_case(layout_dir: &str, case: &str) {
+pub(crate) fn run_case(layout_dir: &str, case: &str) {
     let model = model(layout_dir);
     let m = &manifest()["model_cases"]["cases"][case];
     let refs = model_cases();

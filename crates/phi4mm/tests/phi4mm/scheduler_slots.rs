@@ -112,6 +112,7 @@ fn assert_idle(s: &SchedulerStats, slots: usize) {
             free_slots: slots,
             rows_per_adapter: [0, 0, 0],
             rows_per_audio_branch: [0, 0],
+            kv_positions: 0,
             slots: vec![None; slots],
             // The step counts only grow; what an idle scheduler must not hold is any row.
             steps_by_rows: s.steps_by_rows.clone(),
@@ -367,4 +368,114 @@ fn cancel_before_prepare_drops_the_media_at_once() {
     h.wait("2 done", |e| matches!(e, Ev::Done(2, _)));
     assert_eq!(h.records[&2].tokens, case_tokens("text_base")[..4]);
     assert_idle(&h.sched.stats(), 1);
+}
+
+/// A job cancelled while a media worker prepares it, then admitted again under the same id: the
+/// old preparation, however it ends (a prompt or an error), finishes the old job as cancelled and
+/// neither delivers to nor removes the new one, which runs as usual. Gates order every step, so
+/// the test assumes no timing.
+#[test]
+fn a_job_cancelled_while_preparing_leaves_a_resubmitted_id_alone() {
+    const OLD: u64 = 20; // sink tags: both jobs have the request id 2
+    const NEW: u64 = 21;
+    for old_fails in [false, true] {
+        let mut h = Harness::new(1, 4);
+        let (go, g) = gate();
+        let (entered_tx, entered) = channel();
+        let real = h
+            .backend
+            .media_stage()
+            .prepare_fn(pinned_case_input("text_base"), 4);
+        let old = Job {
+            id: 2,
+            prompt_tokens: 4,
+            prepare: Box::new(move || {
+                entered_tx.send(()).unwrap();
+                g.recv_timeout(Duration::from_secs(120)).expect("gate");
+                if old_fails {
+                    Err(RowError::Invalid("the old preparation fails".into()))
+                } else {
+                    real()
+                }
+            }),
+            generation: GenerationParams::greedy(4),
+            sink: Box::new(h.sink(OLD)),
+        };
+        h.sched.submit(old).unwrap();
+        entered
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a media worker prepares the old job");
+        assert!(h.sched.cancel(2));
+        h.submit(2, "text_base", 4, h.sink(NEW)).unwrap();
+        go.send(()).unwrap();
+        let ended =
+            |h: &Harness, tag: u64| h.records.get(&tag).is_some_and(|r| r.outcome.is_some());
+        while !(ended(&h, OLD) && ended(&h, NEW)) {
+            h.wait("both jobs to end", |_| true);
+        }
+        h.drain();
+        let old = &h.records[&OLD];
+        assert_eq!(
+            (old.started, old.tokens.len(), old.outcome.clone()),
+            (
+                false,
+                0,
+                Some(Outcome::Finished {
+                    reason: FinishReason::Cancelled,
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                })
+            ),
+            "old preparation failing: {old_fails}"
+        );
+        let new = &h.records[&NEW];
+        assert_eq!(
+            new.tokens,
+            case_tokens("text_base")[..4],
+            "old preparation failing: {old_fails}: {new:?}"
+        );
+        assert!(
+            matches!(new.outcome, Some(Outcome::Finished { reason, .. }) if reason != FinishReason::Cancelled),
+            "old preparation failing: {old_fails}: {new:?}"
+        );
+        assert_idle(&h.wait_stats("idle", |s| s.running == 0), 1);
+    }
+}
+
+/// The KV positions in the stats (the plugin's `vllm:kv_cache_usage_perc`) follow the rows:
+/// frozen inside token `n`, the stats are those published after token `n - 1`'s step, when the
+/// cache held the prompt plus the `n - 2` tokens fed back since; an idle scheduler holds none.
+#[test]
+fn kv_positions_follow_the_rows_and_their_tokens() {
+    let mut h = Harness::new(2, 0);
+    let frozen_at = |h: &mut Harness, id: u64, n: usize| {
+        let (go, gate) = gate();
+        let mut sink = h.sink(id);
+        sink.pause_at = Some((n, gate));
+        h.submit(id, "text_base", 8, sink).unwrap();
+        // Tokens 1..n are reported before the sink freezes in token n.
+        let seen = std::cell::Cell::new(0);
+        h.wait("the frozen token", |e| {
+            if matches!(e, Ev::Token(i, _) if *i == id) {
+                seen.set(seen.get() + 1);
+            }
+            seen.get() == n
+        });
+        go
+    };
+    let done = |h: &mut Harness, id: u64| {
+        h.wait("the end", |e| matches!(e, Ev::Done(i, _) if *i == id));
+    };
+    let prompt = pinned_case_input("text_base").input_ids.len();
+    let go = frozen_at(&mut h, 1, 3);
+    assert_eq!(h.sched.stats().kv_positions, prompt + 1);
+    go.send(()).unwrap();
+    done(&mut h, 1);
+    assert_eq!(h.wait_stats("idle", |s| s.running == 0).kv_positions, 0);
+
+    let go = frozen_at(&mut h, 2, 6);
+    assert_eq!(h.sched.stats().kv_positions, prompt + 4);
+    go.send(()).unwrap();
+    done(&mut h, 2);
+    assert_idle(&h.wait_stats("idle", |s| s.running == 0), 2);
 }

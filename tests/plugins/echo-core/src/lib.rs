@@ -12,6 +12,11 @@
 //! | `fail_on_warm` | false | warm-up fails |
 //! | `warm_delay_ms` | 0 | warm-up sleeps this long first (a slow or hung warm-up) |
 //! | `inline` | false | answer inside `submit` on the caller's thread (measures the bare ABI cost) |
+//! | `kv_tokens_per_slot` | 1024 | the KV capacity `resources()` reports per slot |
+//! | `adapters` | [] | adapter names `resources()` reports as resident |
+//!
+//! Resources (API 2.1): a running request holds one KV position per prompt word and one per
+//! token sent, as a decoder's cache would; capacity is `slots × kv_tokens_per_slot`.
 //!
 //! Log probabilities: echo's distribution is a point mass on the echoed word, so every token has
 //! logprob 0 and is its own only alternative. Model options: none; any key is refused, named.
@@ -22,9 +27,10 @@
 
 use serde::Deserialize;
 use std::{
+    cell::Cell,
     collections::HashMap,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Condvar, Mutex,
     },
     thread,
@@ -33,8 +39,8 @@ use std::{
 use switchyard_plugin_api::{
     abi_stable::std_types::{ROption, RString},
     AdapterRows, Endpoint, Event, EventSinkBox, FinishReason, HostServices, Modality,
-    ModelKindInfo, ModelStats, Part, PluginError, PluginManifest, PluginModel, Request,
-    SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
+    ModelKindInfo, ModelResources, ModelStats, Part, PluginError, PluginManifest, PluginModel,
+    Request, SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -60,6 +66,14 @@ pub struct EchoSettings {
     pub warm_delay_ms: u64,
     #[serde(default)]
     pub inline: bool,
+    #[serde(default = "default_kv_tokens_per_slot")]
+    pub kv_tokens_per_slot: u64,
+    #[serde(default)]
+    pub adapters: Vec<String>,
+}
+
+fn default_kv_tokens_per_slot() -> u64 {
+    1024
 }
 
 fn default_slots() -> u32 {
@@ -131,6 +145,7 @@ pub fn create(
         shared: Arc::new(Shared {
             state: Mutex::new(State::default()),
             slot_freed: Condvar::new(),
+            kv_used: AtomicU64::new(0),
         }),
     })
 }
@@ -144,6 +159,9 @@ pub struct EchoModel {
 struct Shared {
     state: Mutex<State>,
     slot_freed: Condvar,
+    /// KV positions held by running requests (see the module doc); kept outside the lock so a
+    /// token costs no extra locking.
+    kv_used: AtomicU64,
 }
 
 #[derive(Default)]
@@ -210,6 +228,7 @@ impl PluginModel for EchoModel {
             }),
             delay: Duration::from_millis(self.settings.token_delay_ms),
             slots: self.settings.slots,
+            kv_held: Cell::new(0),
             cancel,
             sink,
             shared: self.shared.clone(),
@@ -249,6 +268,17 @@ impl PluginModel for EchoModel {
                 "{{\"label\":{:?},\"draining\":{}}}",
                 self.settings.label, state.draining
             )),
+        }
+    }
+
+    fn resources(&self) -> ModelResources {
+        let adapters = self.settings.adapters.clone();
+        ModelResources {
+            kv_capacity_tokens: u64::from(self.settings.slots) * self.settings.kv_tokens_per_slot,
+            kv_used_tokens: self.shared.kv_used.load(Ordering::Relaxed),
+            max_adapters: adapters.len() as u32,
+            resident_adapters: adapters,
+            waiting_adapters: Vec::new(),
         }
     }
 
@@ -363,6 +393,8 @@ struct Job {
     prefix: Option<String>,
     delay: Duration,
     slots: u32,
+    /// This request's share of [`Shared::kv_used`].
+    kv_held: Cell<u64>,
     cancel: Arc<AtomicBool>,
     sink: EventSinkBox,
     shared: Arc<Shared>,
@@ -405,7 +437,15 @@ impl Job {
         true
     }
 
+    fn hold_kv(&self, positions: u64) {
+        self.kv_held.set(self.kv_held.get() + positions);
+        self.shared.kv_used.fetch_add(positions, Ordering::Relaxed);
+    }
+
     fn release(&self, held_slot: bool) {
+        self.shared
+            .kv_used
+            .fetch_sub(self.kv_held.replace(0), Ordering::Relaxed);
         let mut state = self.shared.state.lock().unwrap();
         if held_slot {
             state.running -= 1;
@@ -419,6 +459,7 @@ impl Job {
 
     fn stream(&self) {
         let prompt_tokens = self.words.len() as u32;
+        self.hold_kv(u64::from(prompt_tokens));
         if !self.sink.send(Event::Started { prompt_tokens }) {
             return;
         }
@@ -460,6 +501,7 @@ impl Job {
             {
                 return self.finish(FinishReason::Stop, prompt_tokens, sent);
             }
+            self.hold_kv(1);
             if !self.sink.send(token_event(i as u32, piece, self.logprobs)) {
                 return; // the client is gone; release() frees the slot
             }

@@ -1,0 +1,174 @@
+//! The GEMV's bf16 inner loop with AVX-512: sixteen bf16 weights widened to f32 per load (a
+//! zero-extend and a shift; exact, bf16 is the top half of an f32) and fused-multiply-added
+//! against each input row in f32. Tails use masked loads, so no scalar remainder loop.
+//!
+//! Every input row has its own accumulators, and the row count is a const parameter so that they
+//! all stay in registers: one widened weight vector feeds up to eight rows (the decode batch).
+//! With several input rows, two weight rows are dotted at once ([`dot2_rows_bf16_avx512`]), so
+//! each input vector loaded feeds two FMAs: at batch 8 the loads of the inputs, not the weights,
+//! would otherwise bound the loop.
+
+use std::arch::x86_64::*;
+
+/// 16 bf16 at `p` (only the lanes in `m` are read) → 16 f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn widen16(p: *const u16, m: __mmask16) -> __m512 {
+    // SAFETY: the caller passes a pointer whose lanes selected by `m` are readable; masked-off
+    // lanes are not accessed (AVX-512 masked loads suppress their faults). AVX-512F/BW/VL are this
+    // function's target features, which the caller has checked.
+    unsafe {
+        let h = _mm256_maskz_loadu_epi16(m, p.cast());
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+    }
+}
+
+/// `acc[r] = Σ_k w[k] · x[r·n + k]` for `R` rows, `n = w.len()`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn dot_rows_n<const R: usize>(w: &[u16], x: &[f32], acc: &mut [f32]) {
+    // SAFETY: the caller guarantees AVX-512F/BW/VL and `x.len() >= R * w.len()`; every load reads
+    // `w[k..k + 16]` / `x[r * n + k..r * n + k + 16]` with k + 16 <= n, or the masked lanes of the
+    // final partial block, which stay below n.
+    unsafe {
+        let n = w.len();
+        let (wp, xp) = (w.as_ptr(), x.as_ptr());
+        let mut a = [_mm512_setzero_ps(); R];
+        let mut k = 0;
+        if R == 1 {
+            // One row: a second accumulator chain hides the FMA latency.
+            let mut a1 = _mm512_setzero_ps();
+            while k + 32 <= n {
+                let w0 = widen16(wp.add(k), !0);
+                let w1 = widen16(wp.add(k + 16), !0);
+                a[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp.add(k)), a[0]);
+                a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(k + 16)), a1);
+                k += 32;
+            }
+            a[0] = _mm512_add_ps(a[0], a1);
+        }
+        while k + 16 <= n {
+            let wv = widen16(wp.add(k), !0);
+            for (r, ar) in a.iter_mut().enumerate() {
+                *ar = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xp.add(r * n + k)), *ar);
+            }
+            k += 16;
+        }
+        if k < n {
+            let m: __mmask16 = (1u32 << (n - k)) as u16 - 1;
+            let wv = widen16(wp.add(k), m);
+            for (r, ar) in a.iter_mut().enumerate() {
+                *ar = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, xp.add(r * n + k)), *ar);
+            }
+        }
+        for (r, ar) in a.iter().enumerate() {
+            acc[r] = _mm512_reduce_add_ps(*ar);
+        }
+    }
+}
+
+/// Dot of one bf16 weight row `w` against `rows` f32 rows of `x` (row stride `w.len()`).
+///
+/// # Safety
+/// The CPU must support AVX-512F, BW and VL; `x` must hold `rows * w.len()` values and `acc`
+/// at least `rows`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub unsafe fn dot_rows_bf16_avx512(w: &[u16], x: &[f32], rows: usize, acc: &mut [f32]) {
+    let n = w.len();
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = (rows - r0).min(8);
+        let (xs, a) = (&x[r0 * n..], &mut acc[r0..]);
+        // SAFETY: forwarded from this function's contract; `xs` holds `nr` rows of `n`.
+        unsafe {
+            match nr {
+                1 => dot_rows_n::<1>(w, xs, a),
+                2 => dot_rows_n::<2>(w, xs, a),
+                3 => dot_rows_n::<3>(w, xs, a),
+                4 => dot_rows_n::<4>(w, xs, a),
+                5 => dot_rows_n::<5>(w, xs, a),
+                6 => dot_rows_n::<6>(w, xs, a),
+                7 => dot_rows_n::<7>(w, xs, a),
+                _ => dot_rows_n::<8>(w, xs, a),
+            }
+        }
+        r0 += nr;
+    }
+}
+
+/// `acc0[r] = w0 · x_r`, `acc1[r] = w1 · x_r` for `R` rows (`w0.len() == w1.len() == n`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn dot2_rows_n<const R: usize>(
+    w0: &[u16],
+    w1: &[u16],
+    x: &[f32],
+    acc0: &mut [f32],
+    acc1: &mut [f32],
+) {
+    // SAFETY: as `dot_rows_n`, for two weight rows of the same length `n`.
+    unsafe {
+        let n = w0.len();
+        let (p0, p1, xp) = (w0.as_ptr(), w1.as_ptr(), x.as_ptr());
+        let mut a = [_mm512_setzero_ps(); R];
+        let mut b = [_mm512_setzero_ps(); R];
+        let mut k = 0;
+        while k + 16 <= n {
+            let (v0, v1) = (widen16(p0.add(k), !0), widen16(p1.add(k), !0));
+            for (r, (ar, br)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
+                let xv = _mm512_loadu_ps(xp.add(r * n + k));
+                *ar = _mm512_fmadd_ps(v0, xv, *ar);
+                *br = _mm512_fmadd_ps(v1, xv, *br);
+            }
+            k += 16;
+        }
+        if k < n {
+            let m: __mmask16 = (1u32 << (n - k)) as u16 - 1;
+            let (v0, v1) = (widen16(p0.add(k), m), widen16(p1.add(k), m));
+            for (r, (ar, br)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
+                let xv = _mm512_maskz_loadu_ps(m, xp.add(r * n + k));
+                *ar = _mm512_fmadd_ps(v0, xv, *ar);
+                *br = _mm512_fmadd_ps(v1, xv, *br);
+            }
+        }
+        for (((o0, o1), ar), br) in acc0.iter_mut().zip(acc1.iter_mut()).zip(&a).zip(&b) {
+            *o0 = _mm512_reduce_add_ps(*ar);
+            *o1 = _mm512_reduce_add_ps(*br);
+        }
+    }
+}
+
+/// Two bf16 weight rows of equal length against `rows` f32 rows of `x`.
+///
+/// # Safety
+/// As [`dot_rows_bf16_avx512`]; `w1.len() == w0.len()` and both `acc0`, `acc1` hold `rows`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub unsafe fn dot2_rows_bf16_avx512(
+    w0: &[u16],
+    w1: &[u16],
+    x: &[f32],
+    rows: usize,
+    acc0: &mut [f32],
+    acc1: &mut [f32],
+) {
+    let n = w0.len();
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = (rows - r0).min(8);
+        let (xs, a, b) = (&x[r0 * n..], &mut acc0[r0..], &mut acc1[r0..]);
+        // SAFETY: forwarded from this function's contract; `xs` holds `nr` rows of `n`.
+        unsafe {
+            match nr {
+                1 => dot2_rows_n::<1>(w0, w1, xs, a, b),
+                2 => dot2_rows_n::<2>(w0, w1, xs, a, b),
+                3 => dot2_rows_n::<3>(w0, w1, xs, a, b),
+                4 => dot2_rows_n::<4>(w0, w1, xs, a, b),
+                5 => dot2_rows_n::<5>(w0, w1, xs, a, b),
+                6 => dot2_rows_n::<6>(w0, w1, xs, a, b),
+                7 => dot2_rows_n::<7>(w0, w1, xs, a, b),
+                _ => dot2_rows_n::<8>(w0, w1, xs, a, b),
+            }
+        }
+        r0 += nr;
+    }
+}

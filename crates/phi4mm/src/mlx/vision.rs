@@ -221,7 +221,7 @@ impl MlxVision {
         let p = softmax_axis(&scores, -1, true)?;
         // A crop with every patch masked has no key: its rows are NaN here and zero on the host
         // (whose softmax gives all-zero rows), so they are zeroed the same way.
-        let p = ops::r#where(p.is_nan()?, Array::from_f32(0.0), &p)?;
+        let p = ops::select(p.is_nan()?, Array::from_f32(0.0), &p)?;
         Ok(matmul(&p, &v)?
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[b, n, nh * hd])?)

@@ -45,6 +45,16 @@ fn run_cases<B: StepBackend>(
         let prepared = host
             .prepare_with(&input, 8, encoders, context)
             .unwrap_or_else(|e| panic!("{layout} {case}: {e}"));
+        // Every case, text-only ones included (the fixture stores inputs_embeds for five): the
+        // merged rows against the host producer's, the qualification's own yardstick.
+        let on_host = host
+            .prepare_with(&input, 8, host, context)
+            .unwrap_or_else(|e| panic!("{layout} {case} (host producer): {e}"));
+        check(
+            &format!("{layout} {case} inputs_embeds vs host producer"),
+            &prepared.embeds,
+            &on_host.embeds,
+        );
         if refs.has(&t("vision_features")) {
             let (want, _) = refs.f32(&t("vision_features"));
             check(
@@ -67,7 +77,7 @@ fn run_cases<B: StepBackend>(
         assert_matches_case(&format!("{layout} {case}"), case, &got);
     }
     assert_eq!(with_features, 2, "cases with vision_features");
-    assert_eq!(with_embeds, 3, "cases with inputs_embeds");
+    assert_eq!(with_embeds, 5, "cases with inputs_embeds");
 }
 
 fn host_backend(layout: &str) {

@@ -52,7 +52,9 @@ pub fn qualify(p: &MlxProducer) -> Result<(), MlxError> {
     compare("projected image rows", &mlx.embeds, &host.embeds)
 }
 
-fn compare(what: &str, mlx: &[f32], host: &[f32]) -> Result<(), MlxError> {
+/// `Ok` when `mlx` and `host` have the same length and agree within [`TOLERANCE`]; otherwise the
+/// error the producer refuses to start with.
+pub fn compare(what: &str, mlx: &[f32], host: &[f32]) -> Result<(), MlxError> {
     if mlx.len() != host.len() {
         return Err(MlxError::Start(format!(
             "{what}: {} values from MLX, {} from the host model",

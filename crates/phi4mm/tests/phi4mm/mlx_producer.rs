@@ -161,7 +161,17 @@ fn qualification_probe_and_comparison() {
     let want = host.vision.encode(&image);
     check("probe features", &got.features, &want.features);
     check("probe embeds", &got.embeds, &want.embeds);
+    assert!(qualify::compare("probe embeds", &got.embeds, &want.embeds).is_ok());
     assert_eq!(qualify::max_abs_diff(&[1.0, 2.0], &[1.0, 2.5]), 0.5);
+    // Just over the tolerance, a NaN, and a length mismatch are all refused, by name.
+    let over = qualify::compare("rows", &[1.0 + 2.0 * qualify::TOLERANCE], &[1.0]).unwrap_err();
+    assert!(
+        over.to_string().contains("failed qualification: rows differ"),
+        "{over}"
+    );
+    assert!(qualify::compare("rows", &[f32::NAN], &[1.0]).is_err());
+    let short = qualify::compare("rows", &[1.0], &[1.0, 1.0]).unwrap_err();
+    assert!(short.to_string().contains("rows: 1 values from MLX"), "{short}");
     assert!(qualify::max_abs_diff(&[f32::NAN, 0.0], &[0.0, 0.0]).is_nan());
     assert!(qualify::max_abs_diff(&[0.0, 0.0], &[0.0, f32::NAN]).is_nan());
 }

@@ -115,7 +115,11 @@ pub fn start(
     match resolve(kind, iree)? {
         #[cfg(feature = "iree")]
         BackendKind::Iree => {
-            let backend = Arc::new(crate::iree::backend::IreeBackend::load(ck, model.clone(), iree)?);
+            let backend = Arc::new(crate::iree::backend::IreeBackend::load(
+                ck,
+                model.clone(),
+                iree,
+            )?);
             let (media, producer) = with_producer(producer, ck, &model, backend.media_stage())?;
             let b = backend.clone();
             let details = Arc::new(move || b.details());

@@ -166,12 +166,16 @@ fn qualification_probe_and_comparison() {
     // Just over the tolerance, a NaN, and a length mismatch are all refused, by name.
     let over = qualify::compare("rows", &[1.0 + 2.0 * qualify::TOLERANCE], &[1.0]).unwrap_err();
     assert!(
-        over.to_string().contains("failed qualification: rows differ"),
+        over.to_string()
+            .contains("failed qualification: rows differ"),
         "{over}"
     );
     assert!(qualify::compare("rows", &[f32::NAN], &[1.0]).is_err());
     let short = qualify::compare("rows", &[1.0], &[1.0, 1.0]).unwrap_err();
-    assert!(short.to_string().contains("rows: 1 values from MLX"), "{short}");
+    assert!(
+        short.to_string().contains("rows: 1 values from MLX"),
+        "{short}"
+    );
     assert!(qualify::max_abs_diff(&[f32::NAN, 0.0], &[0.0, 0.0]).is_nan());
     assert!(qualify::max_abs_diff(&[0.0, 0.0], &[0.0, f32::NAN]).is_nan());
 }

@@ -23,7 +23,7 @@ _mlx_version="0.32.2"
 _mlx_cmake_version="3.31.10"
 _mlx_sys_version="0.7.0"
 # Bumped whenever the adjustments below change, so an older adjusted copy is rebuilt.
-_mlx_patch_rev="1"
+_mlx_patch_rev="2"
 
 if ! ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/x86_64-linux-gnu/libclang-[0-9]*.so* >/dev/null 2>&1; then
   echo "mlx-env: installing libclang-dev" >&2

@@ -96,7 +96,11 @@ pub fn run(args: BenchVisionArgs) -> Result<()> {
             o.best_ms = o.best_ms.min(t.elapsed().as_secs_f64() * 1e3);
             // Not f32::max, which would drop a NaN.
             let d = max_abs_diff(&got.embeds, &host.embeds);
-            o.max_diff = if d.is_nan() || d > o.max_diff { d } else { o.max_diff };
+            o.max_diff = if d.is_nan() || d > o.max_diff {
+                d
+            } else {
+                o.max_diff
+            };
         }
     }
     report["host_vision_ms"] = json!(host_ms);
@@ -120,7 +124,10 @@ fn iree_tower<'a>(ck: &Checkpoint, args: &IreeArgs) -> Result<(Tower<'a>, f64)> 
     use switchyard_phi4mm::iree::vision::IreeVision;
 
     let s = args.settings();
-    let dir = s.cache_dir.clone().unwrap_or_else(ArtifactCache::default_dir);
+    let dir = s
+        .cache_dir
+        .clone()
+        .unwrap_or_else(ArtifactCache::default_dir);
     let cache = ArtifactCache::open(&dir)
         .with_context(|| format!("opening the artifact cache {}", dir.display()))?;
     let compiler = IreeCompiler::new(s.compiler.as_deref(), &s.target_cpu)?;

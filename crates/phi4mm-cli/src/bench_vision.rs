@@ -36,11 +36,14 @@ pub struct BenchVisionArgs {
     iree_args: IreeArgs,
 }
 
+/// Runs one tower on an image.
+type RunTower = Box<dyn Fn(&ImageInput) -> Result<ImageEncoding>>;
+
 /// One tower under test: its name, how to run it, and its best time and largest difference from
 /// the host's rows so far.
-struct Tower<'a> {
+struct Tower {
     name: &'static str,
-    run: Box<dyn Fn(&ImageInput) -> Result<ImageEncoding> + 'a>,
+    run: RunTower,
     best_ms: f64,
     max_diff: f32,
 }
@@ -117,7 +120,7 @@ pub fn run(args: BenchVisionArgs) -> Result<()> {
 /// The IREE vision module alone (no decoder or audio compile): the artifact cache and compiler of
 /// the IREE options, as the backend would open them. Answers the tower and its load time.
 #[cfg(feature = "iree")]
-fn iree_tower<'a>(ck: &Checkpoint, args: &IreeArgs) -> Result<(Tower<'a>, f64)> {
+fn iree_tower(ck: &Checkpoint, args: &IreeArgs) -> Result<(Tower, f64)> {
     use switchyard_artifact_cache::ArtifactCache;
     use switchyard_phi4mm::iree::compiler::IreeCompiler;
     use switchyard_phi4mm::iree::context::IreeContext;
@@ -145,7 +148,7 @@ fn iree_tower<'a>(ck: &Checkpoint, args: &IreeArgs) -> Result<(Tower<'a>, f64)> 
 }
 
 #[cfg(not(feature = "iree"))]
-fn iree_tower<'a>(_: &Checkpoint, _: &IreeArgs) -> Result<(Tower<'a>, f64)> {
+fn iree_tower(_: &Checkpoint, _: &IreeArgs) -> Result<(Tower, f64)> {
     anyhow::bail!("--iree: this phi4mm was built without the `iree` feature")
 }
 

@@ -181,6 +181,81 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend 
     }
 }
 
+/// The MLX producer behind the same HTTP API: an instance with `producer = "mlx"` (MLX embeds the
+/// ids and runs the vision tower) answers an image and an image+audio request exactly as the host
+/// producer does (greedy, same tokens), and `/admin/status` names its producer.
+#[cfg(feature = "mlx")]
+#[tokio::test]
+async fn the_mlx_producer_answers_like_the_host_producer() {
+    let config = format!(
+        r#"
+[[plugins]]
+name = "phi4mm"
+path = "{lib}"
+[[models]]
+name = "host"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6 }}
+[[models]]
+name = "mlx"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, producer = "mlx" }}
+"#,
+        lib = phi4mm_lib().display(),
+        ckpt = fixture().join("model").display(),
+    );
+    let server = Server::start(&config).await;
+    let image = json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", input("img_wide.png"))}});
+    let audio = json!({"type": "input_audio", "input_audio": {"data": input("audio_16k.wav"), "format": "wav"}});
+    let text = json!({"type": "text", "text": "What is this?"});
+    for (what, content) in [
+        ("image", json!([text, image])),
+        ("image+audio", json!([text, image, audio])),
+    ] {
+        let mut replies = Vec::new();
+        for model in ["host", "mlx"] {
+            let body = json!({"model": model, "max_tokens": 6, "temperature": 0, "logprobs": true,
+                              "return_tokens_as_token_ids": true,
+                              "messages": [{"role": "user", "content": content}]});
+            let reply = server.chat(body).await;
+            assert_eq!(reply.status, 200, "{model} {what}: {:?}", reply.body);
+            replies.push(reply);
+        }
+        assert_eq!(replies[0].content(), replies[1].content(), "{what}");
+        assert_eq!(replies[0].body["usage"], replies[1].body["usage"], "{what}");
+        let tokens = |r: &switchyard_integration_tests::ChatReply| {
+            r.body["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{what}: no logprobs in {:?}", r.body))
+                .iter()
+                .map(token_id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            tokens(&replies[0]),
+            tokens(&replies[1]),
+            "{what}: token ids"
+        );
+    }
+    let status = server.status().await;
+    let producers: Vec<(&str, &str)> = status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let producer = &i["stats"]["details"]["producer"];
+            (
+                i["name"].as_str().unwrap(),
+                producer.as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert!(producers.contains(&("mlx", "mlx")), "{producers:?}");
+    assert!(producers.contains(&("host", "host")), "{producers:?}");
+}
+
 /// The fixture's reference for one single-row case.
 struct Case {
     name: String,

@@ -16,7 +16,7 @@ use switchyard_phi4mm::sampling::Logprobs;
 use switchyard_phi4mm::scheduler::{GenerationParams, Job, Outcome, RowSink, SchedulerConfig};
 use switchyard_phi4mm_frontend::prompt::{Message, Prompt, Role};
 
-use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs};
+use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs, Producer};
 
 #[derive(Args)]
 pub struct BatchArgs {
@@ -24,6 +24,9 @@ pub struct BatchArgs {
     pub model: PathBuf,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: Backend,
+    /// `mlx`: MLX embeds the ids and runs the vision tower (a build with the `mlx` feature).
+    #[arg(long, value_enum, default_value = "host")]
+    pub producer: Producer,
     /// JSON array of requests (fields of `generate`).
     #[arg(long)]
     pub requests: PathBuf,
@@ -132,6 +135,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
     let media_options = request::MediaOptions::default();
     let running = backend::start(
         args.backend.kind(),
+        args.producer.kind(),
         &args.iree.settings(),
         &ck,
         model.clone(),

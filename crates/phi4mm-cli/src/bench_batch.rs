@@ -55,7 +55,7 @@ pub struct BenchBatchArgs {
 
 /// A 30 s 16 kHz clip (a chirp plus noise) as log-mel features, and a 1344×896 image (gradients
 /// plus noise) as crops: the encoder benchmark's inputs, made in memory.
-fn encoder_inputs() -> Result<(AudioInput, ImageInput)> {
+pub fn encoder_inputs() -> Result<(AudioInput, ImageInput)> {
     let spec = hound::WavSpec {
         channels: 1,
         sample_rate: 16_000,
@@ -98,7 +98,7 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-fn best_ms(rounds: usize, mut f: impl FnMut()) -> f64 {
+pub fn best_ms(rounds: usize, mut f: impl FnMut()) -> f64 {
     (0..rounds.max(1))
         .map(|_| {
             let t = Instant::now();

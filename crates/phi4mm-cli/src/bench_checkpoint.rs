@@ -24,6 +24,12 @@ pub struct BenchCheckpointArgs {
     /// Which dimensions: the benchmark config (590 MB) or the real Phi-4-multimodal (11 GB).
     #[arg(long, value_enum, default_value = "bench")]
     preset: Preset,
+    /// Give the checkpoint a real-dimension SigLIP tower (hidden 1152, MLP 4304, 16 heads) with
+    /// this many layers (the feature layer is the second to last, so one fewer runs), for
+    /// `bench-vision`: the real tower's per-layer cost without its 27 layers' run time. Default:
+    /// the preset's tower.
+    #[arg(long)]
+    vision_layers: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -211,7 +217,15 @@ fn write_safetensors(
 pub fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
     let dir = &args.out;
     std::fs::create_dir_all(dir)?;
-    let cfg = args.preset.config();
+    let mut cfg = args.preset.config();
+    if let Some(layers) = args.vision_layers {
+        let v = &mut cfg["vision_config"];
+        v["hidden_size"] = json!(1152);
+        v["intermediate_size"] = json!(4304);
+        v["num_attention_heads"] = json!(16);
+        // The feature layer is the second to last: at least two layers so that one runs.
+        v["num_hidden_layers"] = json!(layers.max(2));
+    }
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
     std::fs::write(
         dir.join("generation_config.json"),

@@ -1,4 +1,5 @@
-//! `phi4mm generate`: one request through the host or IREE backend, greedy, printed as one JSON line
+//! `phi4mm generate`: one request through the host or IREE backend (with the host or MLX producer
+//! of embeddings and image rows), greedy, printed as one JSON line
 //! `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
 
 use std::path::{Path, PathBuf};
@@ -11,10 +12,10 @@ use serde::Serialize;
 use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend;
 use switchyard_phi4mm::checkpoint::Checkpoint;
-use switchyard_phi4mm::config::{BackendKind, IreeSettings};
+use switchyard_phi4mm::config::{BackendKind, IreeSettings, ProducerKind};
 #[cfg(feature = "iree")]
 use switchyard_phi4mm::iree::backend::IreeBackend;
-use switchyard_phi4mm::model::{HostBackend, MergedPrompt, Phi4mm, PromptInput};
+use switchyard_phi4mm::model::{HostBackend, MediaEncoders, MergedPrompt, Phi4mm, PromptInput};
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::step::{greedy, GreedyOutput};
 use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, Role};
@@ -24,6 +25,22 @@ pub enum Backend {
     Host,
     Iree,
     Auto,
+}
+
+/// Who produces the token embeddings and image rows (`producer` in the plugin settings).
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Producer {
+    Host,
+    Mlx,
+}
+
+impl Producer {
+    pub fn kind(self) -> ProducerKind {
+        match self {
+            Producer::Host => ProducerKind::Host,
+            Producer::Mlx => ProducerKind::Mlx,
+        }
+    }
 }
 
 /// IREE backend options shared by `generate` and `batch`.
@@ -69,6 +86,9 @@ pub struct GenerateArgs {
     pub model: PathBuf,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: Backend,
+    /// `mlx`: MLX embeds the ids and runs the vision tower (a build with the `mlx` feature).
+    #[arg(long, value_enum, default_value = "host")]
+    pub producer: Producer,
     /// Prompt ids with placeholders already expanded (one id per media row), comma-separated;
     /// they must agree with the media given.
     #[arg(long, value_delimiter = ',', num_args = 1.., group = "input")]
@@ -186,10 +206,18 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         model.config.eos_token_ids.clone()
     };
     let iree = args.iree.settings();
+    let producer = args.producer.kind();
     let (prepared, out) = match backend::resolve(args.backend.kind(), &iree)? {
-        BackendKind::Iree => iree_generate(&ck, model, &iree, &input, args.max_new_tokens, &stop)?,
+        BackendKind::Iree => {
+            let n = args.max_new_tokens;
+            iree_generate(&ck, model, &iree, producer, &input, n, &stop)?
+        }
         _ => {
-            let prepared = model.prepare(&input, args.max_new_tokens)?;
+            let host: Arc<dyn MediaEncoders + Send + Sync> = model.clone();
+            let (encoders, _) = backend::producer_encoders(producer, &ck, &model, host)?;
+            let context = model.config.text.max_position_embeddings;
+            let prepared = model
+                .install(|| model.prepare_with(&input, args.max_new_tokens, &*encoders, context))?;
             let out = greedy(
                 &HostBackend(model),
                 &prepared.embeds,
@@ -225,12 +253,15 @@ fn iree_generate(
     ck: &Checkpoint,
     model: Arc<Phi4mm>,
     settings: &IreeSettings,
+    producer: ProducerKind,
     input: &PromptInput,
     max_new_tokens: usize,
     stop: &[u32],
 ) -> Result<(MergedPrompt, GreedyOutput)> {
     let iree = IreeBackend::load(ck, model.clone(), settings)?;
-    let prepared = model.prepare_with(input, max_new_tokens, iree.encoders(), iree.context())?;
+    let own = iree.media_stage().encoders();
+    let (encoders, _) = backend::producer_encoders(producer, ck, &model, own)?;
+    let prepared = model.prepare_with(input, max_new_tokens, &*encoders, iree.context())?;
     let out = greedy(
         &iree,
         &prepared.embeds,
@@ -246,6 +277,7 @@ fn iree_generate(
     _: &Checkpoint,
     _: Arc<Phi4mm>,
     _: &IreeSettings,
+    _: ProducerKind,
     _: &PromptInput,
     _: usize,
     _: &[u32],

@@ -5,6 +5,7 @@ mod bench;
 mod bench_batch;
 mod bench_checkpoint;
 mod bench_frontend;
+mod bench_vision;
 mod cache;
 mod generate;
 
@@ -47,6 +48,8 @@ enum Command {
     /// Benchmark the front end (log-mel from WAV bytes, image crops from PNG bytes and from
     /// pixels); prints one JSON line of medians.
     BenchFrontend(bench_frontend::BenchFrontendArgs),
+    /// Benchmark the vision tower on one 1344×896 image: host, and MLX where built.
+    BenchVision(bench_vision::BenchVisionArgs),
     /// Inspect and clean the IREE artifact cache: ls, verify, gc.
     Cache(cache::Args),
 }
@@ -63,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::bench(args),
         Command::BenchBatch(args) => bench_batch::run(args),
         Command::BenchFrontend(args) => bench_frontend::run(args),
+        Command::BenchVision(args) => bench_vision::run(args),
         Command::Cache(args) => cache::run(args),
     };
     match result {

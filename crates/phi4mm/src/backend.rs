@@ -1,12 +1,14 @@
 //! Choosing and starting a backend: the pure-Rust host backend, or the IREE backend (cargo
 //! feature `iree`). The plugin and the `phi4mm` tool both come through here, so `backend = "iree"`
-//! in the TOML and `--backend iree` on the command line build the same thing.
+//! in the TOML and `--backend iree` on the command line build the same thing. The producer of the
+//! token embeddings and image rows (`producer = "mlx"`, cargo feature `mlx`) is put in front of
+//! the backend's media stage here too.
 
 use std::sync::Arc;
 
 use crate::checkpoint::Checkpoint;
-use crate::config::{BackendKind, IreeSettings};
-use crate::model::{HostBackend, MediaStage, Phi4mm};
+use crate::config::{BackendKind, IreeSettings, ProducerKind};
+use crate::model::{HostBackend, MediaEncoders, MediaStage, Phi4mm};
 use crate::scheduler::{Detokenize, Scheduler, SchedulerConfig};
 use crate::step::StepBackend;
 
@@ -16,6 +18,8 @@ pub struct Running {
     pub media: MediaStage,
     /// `host` or `iree`.
     pub name: &'static str,
+    /// `host` or `mlx`.
+    pub producer: &'static str,
     /// Backend facts for stats (`/admin/status`): for IREE the device and the artifact cache.
     pub details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
 }
@@ -28,11 +32,19 @@ pub enum BackendError {
          `--features iree`)"
     )]
     IreeNotBuilt,
+    #[error(
+        "producer \"mlx\": this build of the phi4mm plugin has no MLX producer (build it with \
+         `--features mlx`)"
+    )]
+    MlxNotBuilt,
     #[error("cannot start the scheduler: {0}")]
     Scheduler(std::io::Error),
     #[cfg(feature = "iree")]
     #[error(transparent)]
     Iree(#[from] crate::iree::IreeError),
+    #[cfg(feature = "mlx")]
+    #[error(transparent)]
+    Mlx(#[from] crate::mlx::MlxError),
 }
 
 /// Resolves `auto` and refuses `iree` where this build cannot provide it.
@@ -54,10 +66,46 @@ pub fn resolve(kind: BackendKind, iree: &IreeSettings) -> Result<BackendKind, Ba
     }
 }
 
+/// The producer in front of a backend's `encoders`: for `mlx`, MLX's embeddings and image rows
+/// over the backend's audio encoder, qualified against the host model first (no fallback: an MLX
+/// that cannot start or qualify is an error). Answers the encoders and the producer's name.
+pub fn producer_encoders(
+    producer: ProducerKind,
+    ck: &Checkpoint,
+    model: &Arc<Phi4mm>,
+    encoders: Arc<dyn MediaEncoders + Send + Sync>,
+) -> Result<(Arc<dyn MediaEncoders + Send + Sync>, &'static str), BackendError> {
+    match producer {
+        ProducerKind::Host => Ok((encoders, "host")),
+        #[cfg(feature = "mlx")]
+        ProducerKind::Mlx => {
+            let mlx = crate::mlx::MlxProducer::start(ck, model.clone(), encoders)?;
+            Ok((Arc::new(mlx), "mlx"))
+        }
+        #[cfg(not(feature = "mlx"))]
+        ProducerKind::Mlx => {
+            let _ = (ck, model, encoders);
+            Err(BackendError::MlxNotBuilt)
+        }
+    }
+}
+
+/// [`producer_encoders`] for a backend's media stage.
+fn with_producer(
+    producer: ProducerKind,
+    ck: &Checkpoint,
+    model: &Arc<Phi4mm>,
+    media: MediaStage,
+) -> Result<(MediaStage, &'static str), BackendError> {
+    let (encoders, name) = producer_encoders(producer, ck, model, media.encoders())?;
+    Ok((media.with_encoders(encoders), name))
+}
+
 /// Starts the scheduler on the chosen backend. `model` is the host model: the host backend runs
 /// on it, and every backend uses it for validation, embeddings and the placeholder merge.
 pub fn start(
     kind: BackendKind,
+    producer: ProducerKind,
     iree: &IreeSettings,
     ck: &Checkpoint,
     model: Arc<Phi4mm>,
@@ -67,20 +115,27 @@ pub fn start(
     match resolve(kind, iree)? {
         #[cfg(feature = "iree")]
         BackendKind::Iree => {
-            let backend = Arc::new(crate::iree::backend::IreeBackend::load(ck, model, iree)?);
-            let media = backend.media_stage();
+            let backend = Arc::new(crate::iree::backend::IreeBackend::load(
+                ck,
+                model.clone(),
+                iree,
+            )?);
+            let (media, producer) = with_producer(producer, ck, &model, backend.media_stage())?;
             let b = backend.clone();
             let details = Arc::new(move || b.details());
-            run(backend, media, "iree", details, config, detok)
+            run(backend, media, "iree", producer, details, config, detok)
         }
         // Without the `iree` feature, `resolve` never answers `Iree`.
         _ => {
-            let _ = ck; // only the IREE backend reads the checkpoint; the host model has it
-
+            let (media, producer) = with_producer(
+                producer,
+                ck,
+                &model,
+                HostBackend(model.clone()).media_stage(),
+            )?;
             let backend = Arc::new(HostBackend(model));
-            let media = backend.media_stage();
             let details = Arc::new(|| serde_json::json!({"backend": "host"}));
-            run(backend, media, "host", details, config, detok)
+            run(backend, media, "host", producer, details, config, detok)
         }
     }
 }
@@ -90,6 +145,7 @@ fn run<B: StepBackend>(
     backend: Arc<B>,
     media: MediaStage,
     name: &'static str,
+    producer: &'static str,
     details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     config: SchedulerConfig,
     detok: Option<Detokenize>,
@@ -99,6 +155,7 @@ fn run<B: StepBackend>(
         scheduler,
         media,
         name,
+        producer,
         details,
     })
 }

@@ -22,6 +22,18 @@ pub enum BackendKind {
     Auto,
 }
 
+/// Who computes the prompt's token embeddings and the image rows (the vision tower and its
+/// projector). The audio encoder and the decoder always run on the backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProducerKind {
+    /// The backend itself (the host model's table; the backend's vision tower).
+    #[default]
+    Host,
+    /// MLX (needs a build with the `mlx` feature), qualified against the host model at start.
+    Mlx,
+}
+
 /// `[models.settings.iree]`: how the IREE backend compiles, caches and runs its modules.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -83,6 +95,9 @@ pub struct Phi4mmSettings {
     pub checkpoint: PathBuf,
     #[serde(default)]
     pub backend: BackendKind,
+    /// Who produces the token embeddings and image rows: `host` (the backend) or `mlx`.
+    #[serde(default)]
+    pub producer: ProducerKind,
     /// IREE backend options (used when `backend` is `iree` or `auto`).
     #[serde(default)]
     pub iree: IreeSettings,
@@ -192,6 +207,10 @@ mod tests {
         let s: Phi4mmSettings = toml_like(r#"{"checkpoint": "m"}"#).unwrap();
         assert_eq!(s.slots, 4);
         assert_eq!(s.backend, BackendKind::Host);
+        assert_eq!(s.producer, ProducerKind::Host);
+        let s: Phi4mmSettings = toml_like(r#"{"checkpoint": "m", "producer": "mlx"}"#).unwrap();
+        assert_eq!(s.producer, ProducerKind::Mlx);
+        assert!(toml_like(r#"{"checkpoint": "m", "producer": "iree"}"#).is_err());
         assert_eq!(
             s.transcription_instruction,
             DEFAULT_TRANSCRIPTION_INSTRUCTION

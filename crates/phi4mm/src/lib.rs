@@ -7,7 +7,9 @@
 //! - [`model`]: the pure-Rust host backend (decoder, Conformer, SigLIP, projections), the
 //!   numerical reference, over the CPU [`kernels`];
 //! - `iree` (feature `iree`): the same model as IREE-compiled modules;
-//! - [`backend`]: choosing and starting one of the two;
+//! - `mlx` (feature `mlx`): the MLX producer of token embeddings and image rows, in front of
+//!   either backend;
+//! - [`backend`]: choosing and starting one of the two, and the producer;
 //! - [`step`]: the batched decoder step both backends implement, and greedy decoding over it;
 //! - [`scheduler`]: continuous batching with a per-row adapter, over either backend;
 //! - [`adapter`]: the per-row LoRA adapter and audio branch, and a request's choice of them;
@@ -25,6 +27,8 @@ pub mod config;
 #[cfg(feature = "iree")]
 pub mod iree;
 pub mod kernels;
+#[cfg(feature = "mlx")]
+pub mod mlx;
 pub mod model;
 pub mod options;
 pub mod plugin;

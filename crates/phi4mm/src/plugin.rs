@@ -53,6 +53,7 @@ pub struct Phi4mmModel {
     prompt: Arc<Prompt>,
     media: MediaStage,
     backend_name: &'static str,
+    producer_name: &'static str,
     backend_details: Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
     scheduler: Scheduler,
 }
@@ -101,6 +102,7 @@ impl Phi4mmModel {
             Arc::new(move |ids: &[u32]| p.tokenizer().decode(ids, true).unwrap_or_default());
         let running = backend::start(
             settings.backend,
+            settings.producer,
             &settings.iree,
             &ck,
             model.clone(),
@@ -115,9 +117,10 @@ impl Phi4mmModel {
         )
         .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
         log(&format!(
-            "phi4mm loaded from {} on the {} backend: {} slots, {threads} decoder threads, {media_threads} media threads",
+            "phi4mm loaded from {} on the {} backend ({} producer): {} slots, {threads} decoder threads, {media_threads} media threads",
             dir.display(),
             running.name,
+            running.producer,
             settings.slots
         ));
         Ok(Phi4mmModel {
@@ -126,6 +129,7 @@ impl Phi4mmModel {
             prompt,
             media: running.media,
             backend_name: running.name,
+            producer_name: running.producer,
             backend_details: running.details,
             scheduler: running.scheduler,
         })
@@ -549,6 +553,7 @@ impl PluginModel for Phi4mmModel {
                     "prepared_waiting": s.ready,
                     "audio_rows_per_branch": { "speech": s.rows_per_audio_branch[0], "vision": s.rows_per_audio_branch[1] },
                     "backend": self.backend_name,
+                    "producer": self.producer_name,
                     "backend_details": (self.backend_details)(),
                 })
                 .to_string(),

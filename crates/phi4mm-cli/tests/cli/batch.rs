@@ -160,3 +160,40 @@ fn batch_cli_mixed_image_text_iree() {
         &a.iter().map(String::as_str).collect::<Vec<_>>(),
     );
 }
+
+/// The MLX producer in front of the host backend: MLX embeds the ids and runs the vision tower of
+/// every image row while the batch decodes together.
+#[cfg(feature = "mlx")]
+#[test]
+fn batch_cli_mixed_audio_text_mlx() {
+    run("mixed_audio_text", &["--producer", "mlx"]);
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn batch_cli_mixed_image_text_mlx() {
+    run("mixed_image_text", &["--producer", "mlx"]);
+}
+
+/// The MLX producer in front of the IREE backend (its audio encoder and decoder).
+#[cfg(all(feature = "mlx", feature = "iree"))]
+#[test]
+fn batch_cli_mixed_audio_text_iree_mlx() {
+    let mut a = iree_args();
+    a.extend(["--producer".into(), "mlx".into()]);
+    run(
+        "mixed_audio_text",
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+}
+
+#[cfg(all(feature = "mlx", feature = "iree"))]
+#[test]
+fn batch_cli_mixed_image_text_iree_mlx() {
+    let mut a = iree_args();
+    a.extend(["--producer".into(), "mlx".into()]);
+    run(
+        "mixed_image_text",
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+}

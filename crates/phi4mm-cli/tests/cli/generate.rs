@@ -166,3 +166,92 @@ fn generate_from_prompt_with_image_stops_at_eos_by_default() {
     // <|user|> + 669 image rows + the question + <|end|><|assistant|>.
     assert!(line["prompt_tokens"].as_u64().unwrap() > 669);
 }
+
+/// An image + audio chat through `--producer mlx`: MLX embeds the ids and runs the vision tower,
+/// the host backend keeps audio and the decoder; the same tokens, text and first-step logits as
+/// the reference.
+#[cfg(feature = "mlx")]
+#[test]
+fn generate_image_and_audio_with_the_mlx_producer() {
+    generate_image_audio_mlx(&["--backend", "host"]);
+}
+
+/// The same over the IREE backend (its audio encoder and decoder; the shared artifact cache and
+/// decoder shape of the other IREE tests).
+#[cfg(all(feature = "mlx", feature = "iree"))]
+#[test]
+fn generate_image_and_audio_with_the_mlx_producer_on_iree() {
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    generate_image_audio_mlx(&[
+        "--backend",
+        "iree",
+        "--iree-cache-dir",
+        cache.to_str().unwrap(),
+        "--iree-context",
+        "4160",
+    ]);
+}
+
+#[cfg(feature = "mlx")]
+fn generate_image_audio_mlx(backend: &[&str]) {
+    let case = "chat_image_audio_text";
+    let m = &manifest()["model_cases"]["cases"][case];
+    let tmp = tempfile::tempdir().unwrap();
+    let messages = tmp.path().join("messages.json");
+    let dump = tmp.path().join("logits.safetensors");
+    std::fs::write(&messages, m["text_driven"]["messages"].to_string()).unwrap();
+    let model = fixture().join("model-original");
+    let mut args = vec!["--model", model.to_str().unwrap()];
+    args.extend_from_slice(backend);
+    let (image, audio) = (
+        fixture().join("inputs/img_small.png"),
+        fixture().join("inputs/audio_16k.wav"),
+    );
+    args.extend_from_slice(&[
+        "--producer",
+        "mlx",
+        "--messages",
+        messages.to_str().unwrap(),
+        "--image",
+        image.to_str().unwrap(),
+        "--audio",
+        audio.to_str().unwrap(),
+        "--max-new-tokens",
+        "8",
+        "--ignore-eos",
+        "--dump-logits",
+        dump.to_str().unwrap(),
+    ]);
+    let (line, _) = generate(&args);
+    assert_eq!(line["tokens"], want_tokens(case));
+    assert_eq!(line["text"], m["text_driven"]["greedy_text"]);
+    let bytes = std::fs::read(&dump).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let got: Vec<f32> = st
+        .tensor("logits_first")
+        .unwrap()
+        .data()
+        .chunks(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let (want, _) = model_cases().f32(&format!("{case}.logits_first"));
+    assert_matches_reference("dumped logits_first", &got, &want, 1e-4, 1e-4);
+}
+
+/// No silent fallback: a build without the `mlx` feature refuses `--producer mlx` by name.
+#[cfg(not(feature = "mlx"))]
+#[test]
+fn generate_refuses_the_mlx_producer_without_the_feature() {
+    let out = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+        .args(["generate", "--producer", "mlx", "--model"])
+        .arg(fixture().join("model"))
+        .args(["--input-ids", "1,2,3", "--max-new-tokens", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("producer \"mlx\"") && err.contains("--features mlx"),
+        "{err}"
+    );
+}

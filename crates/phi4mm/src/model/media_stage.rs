@@ -37,6 +37,16 @@ impl MediaStage {
         self.context
     }
 
+    /// The encoders this stage runs media through.
+    pub fn encoders(&self) -> Arc<dyn MediaEncoders + Send + Sync> {
+        self.encoders.clone()
+    }
+
+    /// The same stage over other encoders (a producer in front of the backend's own).
+    pub fn with_encoders(self, encoders: Arc<dyn MediaEncoders + Send + Sync>) -> Self {
+        MediaStage { encoders, ..self }
+    }
+
     /// The prepare function of a job for `input`.
     pub fn prepare_fn(&self, input: PromptInput, max_new_tokens: usize) -> PrepareFn {
         let stage = self.clone();

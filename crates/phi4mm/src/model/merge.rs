@@ -22,6 +22,11 @@ pub trait MediaEncoders {
         frames: usize,
         branch: AudioBranch,
     ) -> Result<AudioEncoding, EncoderError>;
+    /// Token embeddings `[ids.len(), hidden]` when this producer computes them; `None` (the
+    /// default): the host model's table.
+    fn embed_tokens(&self, _ids: &[u32]) -> Option<Result<Vec<f32>, EncoderError>> {
+        None
+    }
 }
 
 /// The host backend's encoders.
@@ -237,7 +242,13 @@ impl Phi4mm {
         let h = c.text.hidden_size;
         let (adapter, audio_branch) = self.resolve_adapter(p);
         {
-            let mut embeds = self.decoder.embed(&p.input_ids);
+            let mut embeds = match encoders.embed_tokens(&p.input_ids) {
+                Some(e) => e.map_err(|cause| InputError::Encoder {
+                    what: "token embeddings".into(),
+                    cause,
+                })?,
+                None => self.decoder.embed(&p.input_ids),
+            };
             let mut vision_features = Vec::new();
             let mut audio_encoder_out = Vec::new();
             let mut image_rows = Vec::new();

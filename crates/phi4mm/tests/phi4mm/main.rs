@@ -1,6 +1,7 @@
 //! The Phi4MM plugin against the phi4mm-tiny fixture: checkpoint loading and validation, every
 //! model case on the host backend, batching and the scheduler, the plugin through its ABI, and
-//! (feature `iree`) the IREE backend and its artifact cache with real compiles.
+//! (feature `iree`) the IREE backend and its artifact cache with real compiles, (feature `mlx`) the
+//! MLX producer.
 
 #[cfg(feature = "iree")]
 mod iree_support;
@@ -26,3 +27,6 @@ mod iree_cache;
 mod iree_decoder;
 #[cfg(feature = "iree")]
 mod iree_vision;
+
+#[cfg(feature = "mlx")]
+mod mlx_producer;

@@ -102,29 +102,64 @@ impl HdLayout {
         (uh, uw)
     }
 
+    /// Where each of the image's rows comes from, in order: the rule both backends (and the MLX
+    /// producer) place their pooled rows by.
+    pub fn rows(&self, image: &ImageInput) -> Vec<HdRow> {
+        let g = self.config.grid() / 2;
+        let (_, tw) = self.tiles(image);
+        let (uh, uw) = self.useful_grid(image);
+        let mut rows = Vec::with_capacity(self.token_count(image));
+        for r in 0..uh {
+            for c in 0..uw {
+                rows.push(HdRow::Pooled {
+                    crop: 1 + (r / g) * tw + c / g,
+                    index: (r % g) * g + c % g,
+                });
+            }
+            rows.push(HdRow::SubSeparator);
+        }
+        rows.push(HdRow::GlobalSeparator);
+        for r in 0..g {
+            for c in 0..g {
+                rows.push(HdRow::Pooled {
+                    crop: 0,
+                    index: r * g + c,
+                });
+            }
+            rows.push(HdRow::SubSeparator);
+        }
+        rows
+    }
+
+    /// The learned separators `(sub, global)`, `[hidden]` each.
+    pub fn separators(&self) -> (&[f32], &[f32]) {
+        (&self.sub_sep, &self.glb_sep)
+    }
+
     /// The image's rows before the projection, `[token_count, hidden]`, from each crop's 2×2-pooled
     /// grid (`pooled[crop]`, `[(grid/2)², hidden]`, global crop first).
     pub fn assemble(&self, image: &ImageInput, pooled: &[Vec<f32>]) -> Vec<f32> {
         let hid = self.config.hidden_size;
-        let g = self.config.grid() / 2;
-        let (_, tw) = self.tiles(image);
-        let (uh, uw) = self.useful_grid(image);
-        let pooled_row = |crop: usize, index: usize| &pooled[crop][index * hid..(index + 1) * hid];
-        let mut rows = Vec::with_capacity(self.token_count(image) * hid);
-        for r in 0..uh {
-            for c in 0..uw {
-                let crop = 1 + (r / g) * tw + c / g;
-                rows.extend_from_slice(pooled_row(crop, (r % g) * g + c % g));
-            }
-            rows.extend_from_slice(&self.sub_sep);
-        }
-        rows.extend_from_slice(&self.glb_sep);
-        for r in 0..g {
-            for c in 0..g {
-                rows.extend_from_slice(pooled_row(0, r * g + c));
-            }
-            rows.extend_from_slice(&self.sub_sep);
+        let layout = self.rows(image);
+        let mut rows = Vec::with_capacity(layout.len() * hid);
+        for row in layout {
+            rows.extend_from_slice(match row {
+                HdRow::Pooled { crop, index } => &pooled[crop][index * hid..(index + 1) * hid],
+                HdRow::SubSeparator => &self.sub_sep,
+                HdRow::GlobalSeparator => &self.glb_sep,
+            });
         }
         rows
     }
+}
+
+/// One row of an image's HD layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HdRow {
+    /// Row `index` of crop `crop`'s pooled grid (crop 0 is the global crop).
+    Pooled { crop: usize, index: usize },
+    /// The learned separator closing each row of a grid.
+    SubSeparator,
+    /// The learned separator between the sub-crop grid and the global crop.
+    GlobalSeparator,
 }

@@ -4,7 +4,7 @@
 mod hd;
 mod input;
 
-pub use hd::{HdLayout, ImageShapeError};
+pub use hd::{HdLayout, HdRow, ImageShapeError};
 pub use input::ImageInput;
 
 use rayon::prelude::*;
@@ -100,6 +100,11 @@ impl VisionEncoder {
             text_hidden: ck.config.text.hidden_size,
             config: c,
         }
+    }
+
+    /// The HD layout rule (and the separators) the tower's rows are placed by.
+    pub fn hd(&self) -> &HdLayout {
+        &self.hd
     }
 
     /// Number of decoder rows an image with these crop masks produces (273 + Uh·(Uw+1) for the

@@ -1,0 +1,6 @@
+#[path = "../phi4mm/mlx_rpath.rs"]
+mod mlx_rpath;
+
+fn main() {
+    mlx_rpath::emit();
+}

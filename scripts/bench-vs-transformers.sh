@@ -53,11 +53,11 @@ echo "reference: $here/decoder.py ($rounds rounds)" >&2
 "$py" "$here/decoder.py" "$ckpt" --threads "$threads" --rounds "$rounds" >"$out/ref_decoder.json"
 if "$phi4mm" bench-frontend --help >/dev/null 2>&1; then
     echo "switchyard: phi4mm bench-frontend" >&2
-    "$phi4mm" bench-frontend >"$out/frontend.json"
+    "$phi4mm" bench-frontend --threads "$threads" --write-inputs "$out/inputs" >"$out/frontend.json"
 fi
 if [ -f "$here/frontend.py" ]; then
     echo "reference: $here/frontend.py" >&2
-    "$py" "$here/frontend.py" >"$out/ref_frontend.json"
+    "$py" "$here/frontend.py" --inputs "$out/inputs" --threads "$threads" >"$out/ref_frontend.json"
 fi
 cat /proc/loadavg >"$out/load_after"
 python3 "$here/report.py" "$out" docs/benchmarks.md --threads "$threads" --rounds "$rounds"

@@ -20,7 +20,10 @@ dir="${REAL_CKPT:-target/phi4mm-real-ckpt}"
 threads="${THREADS:-$(nproc)}"
 target="${CARGO_TARGET_DIR:-target}"
 port="${PORT:-18480}"
-cargo build --release -p switchyard-phi4mm-cli --bin phi4mm -p switchyard-phi4mm -p switchyard
+cargo build --release -p switchyard-phi4mm-cli --bin phi4mm -p switchyard
+# On its own: built beside the CLI (which links it as an rlib), cargo does not emit the plugin's
+# cdylib.
+cargo build --release -p switchyard-phi4mm
 phi4mm="$target/release/phi4mm"
 if [ ! -f "$dir/vision-lora/adapter_model.safetensors" ]; then
     t0=$(date +%s.%N)
@@ -35,6 +38,8 @@ move = lambda i: 199999 if i == 1000 else i + 199000 if i > 1000 else i
 tok = json.load(open(os.path.join(fix, "tokenizer.json")))
 for a in tok["added_tokens"]:
     a["id"] = move(a["id"])
+# The BPE vocabulary lists the special tokens too.
+tok["model"]["vocab"] = {k: move(i) for k, i in tok["model"]["vocab"].items()}
 json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w"))
 tc = json.load(open(os.path.join(fix, "tokenizer_config.json")))
 tc["added_tokens_decoder"] = {str(move(int(k))): v for k, v in tc["added_tokens_decoder"].items()}

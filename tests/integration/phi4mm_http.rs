@@ -432,6 +432,27 @@ async fn steps_with_rows(server: &Server, rows: usize) -> u64 {
         .unwrap_or_else(|| panic!("no steps_by_rows in {status}"))
 }
 
+/// Waits until the instance holds `rows` more requests, queued or running, than `released`
+/// counted as finished (at most 60 s): the rows sent since have been admitted, or have ended.
+async fn wait_until_admitted(server: &Server, rows: u64, released: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = server.status().await;
+        let instance = &status["instances"][0];
+        let count = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+        let held = count(&instance["stats"]["running"]) + count(&instance["stats"]["queued"]);
+        let ended = count(&instance["admissions_released"]) - released;
+        if held + ended >= rows {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{rows} rows never admitted: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// Both `mixed_batches` of the fixture through `switchyard serve`: each row — its fixture ids,
 /// media and adapter pinned through `model_options` — alone, then all rows of the batch at once,
 /// decoding in one batch with a different adapter per row. Every row's tokens equal its solo run
@@ -469,16 +490,35 @@ async fn the_fixture_mixed_batches_over_http_match_their_solo_runs_and_the_refer
             solo.push(row);
         }
         // Concurrent requests share decoder steps as soon as they are prepared; the instance's
-        // step counts prove it (a retry covers the unlikely run where they never meet).
+        // step counts prove it (a retry covers the unlikely run where they never meet). The rows
+        // with media go first: their large bodies are parsed off the async threads and their
+        // media prepared on the instance's one media thread, so text rows sent at the same time
+        // would be admitted, prepared and finished before them. Text rows sent once the media
+        // rows are admitted are prepared behind them on that thread, and join their prefill.
+        let media_first = |c: &&Case| !c.images.is_empty() || !c.audios.is_empty();
         let mut met = false;
         for _attempt in 0..5 {
             let before = steps_with_rows(&server, cases.len()).await;
-            let replies = futures_util::future::join_all(
-                cases
-                    .iter()
-                    .map(|c| server.chat(row_request(c, MAX_TOKENS))),
-            )
+            let (media, text): (Vec<_>, Vec<_>) =
+                cases.iter().enumerate().partition(|(_, c)| media_first(c));
+            let send = |rows: Vec<(usize, &Case)>| {
+                futures_util::future::join_all(rows.into_iter().map(|(i, c)| {
+                    let reply = server.chat(row_request(c, MAX_TOKENS));
+                    async move { (i, reply.await) }
+                }))
+            };
+            let media_count = media.len() as u64;
+            let released = server.status().await["instances"][0]["admissions_released"]
+                .as_u64()
+                .expect("admissions_released in /admin/status");
+            let (media_replies, text_replies) = futures_util::future::join(send(media), async {
+                wait_until_admitted(&server, media_count, released).await;
+                send(text).await
+            })
             .await;
+            let mut replies: Vec<_> = media_replies.into_iter().chain(text_replies).collect();
+            replies.sort_by_key(|(i, _)| *i);
+            let replies: Vec<_> = replies.into_iter().map(|(_, r)| r).collect();
             let together = steps_with_rows(&server, cases.len()).await - before;
             for ((c, reply), solo) in cases.iter().zip(&replies).zip(&solo) {
                 let batched = answered(c, reply);

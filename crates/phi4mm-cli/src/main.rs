@@ -8,6 +8,7 @@ mod bench_frontend;
 mod bench_vision;
 mod cache;
 mod generate;
+mod peak;
 
 use clap::{Parser, Subcommand};
 

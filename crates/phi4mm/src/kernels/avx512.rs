@@ -172,3 +172,164 @@ pub unsafe fn dot2_rows_bf16_avx512(
         r0 += nr;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// GEMM (prefill, encoders): register blocks of dot products, weights read in bf16 straight from
+// the checkpoint — no widened copy, no transposed packing.
+
+/// Input rows per register block.
+const MR: usize = 6;
+/// Weight rows per register block: 6 × 4 accumulators take 24 of the 32 zmm registers, and each
+/// step of 16 along k loads 6 input and 4 widened weight vectors for 24 FMAs.
+const NR: usize = 4;
+/// Length of k taken per pass: `MR` input rows of it (24 KiB of f32) stay in L1 while every weight
+/// row of the tile streams past them.
+const KC: usize = 1024;
+
+/// `y[i·ldy + j] (+)= Σ_{k < kc} x[i·ldx + k] · w[j·ldw + k]` for `R` input rows and `C` weight
+/// rows; adds when `add`, else stores.
+///
+/// # Safety
+/// AVX-512F/BW/VL; `x` readable for `R` rows of `kc` at stride `ldx`, `w` for `C` rows of `kc` at
+/// stride `ldw`, `y` writable for `R` rows of `C` at stride `ldy`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_block<const R: usize, const C: usize>(
+    x: *const f32,
+    ldx: usize,
+    w: *const u16,
+    ldw: usize,
+    kc: usize,
+    y: *mut f32,
+    ldy: usize,
+    add: bool,
+) {
+    // SAFETY: the caller's contract covers every address: loads at k + 16 <= kc, or the masked
+    // lanes of the last partial step, which stay below kc.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut k = 0;
+        while k + 16 <= kc {
+            gemm_step(&mut acc, x.add(k), ldx, w.add(k), ldw, !0);
+            k += 16;
+        }
+        if k < kc {
+            let m = ((1u32 << (kc - k)) - 1) as u16;
+            gemm_step(&mut acc, x.add(k), ldx, w.add(k), ldw, m);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (j, a) in row.iter().enumerate() {
+                let out = y.add(i * ldy + j);
+                let v = _mm512_reduce_add_ps(*a);
+                *out = if add { *out + v } else { v };
+            }
+        }
+    }
+}
+
+/// One step of 16 along k (the lanes in `m`) of a register block: `C` weight vectors widened
+/// once, each of the `R` input vectors multiplied into its `C` accumulators.
+///
+/// # Safety
+/// AVX-512F/BW/VL; the lanes in `m` of `R` rows at `x` (stride `ldx`) and `C` rows at `w` (stride
+/// `ldw`) are readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn gemm_step<const R: usize, const C: usize>(
+    acc: &mut [[__m512; C]; R],
+    x: *const f32,
+    ldx: usize,
+    w: *const u16,
+    ldw: usize,
+    m: __mmask16,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut wv = [_mm512_setzero_ps(); C];
+        for (j, v) in wv.iter_mut().enumerate() {
+            *v = widen16(w.add(j * ldw), m);
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            let xv = _mm512_maskz_loadu_ps(m, x.add(i * ldx));
+            for (a, v) in row.iter_mut().zip(&wv) {
+                *a = _mm512_fmadd_ps(xv, *v, *a);
+            }
+        }
+    }
+}
+
+/// [`gemm_block`] for `r ≤ MR` input rows, `c ≤ NR` weight rows.
+///
+/// # Safety
+/// As [`gemm_block`] with `R = r`, `C = c`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_edge_block<const R: usize>(
+    c: usize,
+    x: *const f32,
+    ldx: usize,
+    w: *const u16,
+    ldw: usize,
+    kc: usize,
+    y: *mut f32,
+    ldy: usize,
+    add: bool,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        match c {
+            1 => gemm_block::<R, 1>(x, ldx, w, ldw, kc, y, ldy, add),
+            2 => gemm_block::<R, 2>(x, ldx, w, ldw, kc, y, ldy, add),
+            3 => gemm_block::<R, 3>(x, ldx, w, ldw, kc, y, ldy, add),
+            _ => gemm_block::<R, NR>(x, ldx, w, ldw, kc, y, ldy, add),
+        }
+    }
+}
+
+/// `y[i·ldy + j] = Σ_k x[i·k_len + k] · w[j·k_len + k]` for `m` rows of `x` and `n` bf16 weight
+/// rows of `w` (both row-major with `k_len` columns). Each output element is one f32 dot
+/// product, summed in sixteen lanes per `KC` pass, like the GEMV's.
+///
+/// # Safety
+/// AVX-512F/BW/VL; `x.len() >= m·k_len`, `w.len() >= n·k_len`; `y` writable at `i·ldy + j` for
+/// `i < m`, `j < n`, and not written by anyone else meanwhile.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub unsafe fn gemm_bf16_avx512(
+    x: &[f32],
+    m: usize,
+    k_len: usize,
+    w: &[u16],
+    n: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    let mut k0 = 0;
+    while k0 < k_len {
+        let kc = KC.min(k_len - k0);
+        for i0 in (0..m).step_by(MR) {
+            let r = MR.min(m - i0);
+            for j0 in (0..n).step_by(NR) {
+                let c = NR.min(n - j0);
+                let xp = x[i0 * k_len + k0..].as_ptr();
+                let wp = w[j0 * k_len + k0..].as_ptr();
+                // SAFETY: the block's `r` rows of `x` and `c` rows of `w` lie inside the slices
+                // (indices below m·k_len and n·k_len); `y` as this function's contract.
+                unsafe {
+                    let yp = y.add(i0 * ldy + j0);
+                    let add = k0 > 0;
+                    match r {
+                        1 => gemm_edge_block::<1>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
+                        2 => gemm_edge_block::<2>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
+                        3 => gemm_edge_block::<3>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
+                        4 => gemm_edge_block::<4>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
+                        5 => gemm_edge_block::<5>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
+                        _ => gemm_edge_block::<MR>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
+                    }
+                }
+            }
+        }
+        k0 += kc;
+    }
+}

@@ -4,8 +4,9 @@
 //! - few rows (decode): a multithreaded GEMV that streams each weight row once from memory and
 //!   dots it against every input row (AVX2+FMA when the CPU has it). Decode is memory-bound, so
 //!   reading half the bytes of f32 is the whole game.
-//! - many rows (prefill, encoders): weight tiles widened to f32 and multiplied with
-//!   `matrixmultiply::sgemm`, tiles spread over the rayon pool.
+//! - many rows (prefill, encoders): a tiled GEMM, tiles spread over the rayon pool. On the AVX-512
+//!   path, register blocks of dot products read the bf16 weights where they lie; on the others
+//!   each weight tile is widened to f32 and multiplied with `matrixmultiply::sgemm`.
 
 use rayon::prelude::*;
 

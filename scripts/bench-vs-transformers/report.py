@@ -62,6 +62,14 @@ def main():
         else:
             rows.append(f"| {work} | (not run) | (not run) | — | {goal} |")
 
+    # The compute bound of prefill, from `phi4mm bench` (absent from runs before it measured one).
+    prefill_bound = ""
+    if "peak_gflops" in bench:
+        prefill_bound = (
+            f" Prefill in `phi4mm bench` at {bench['prefill_gflops']:.0f} GFLOP/s, "
+            f"**{bench['prefill_fraction_of_peak']:.2f}** of the peak FMA throughput measured in "
+            f"the same run ({bench['peak_gflops']:.0f} GFLOP/s, {bench['peak_vector_path']})."
+        )
     load_before = open(os.path.join(a.dir, "load_before")).read().split()[:3]
     load_after = open(os.path.join(a.dir, "load_after")).read().split()[:3]
     today = datetime.date.today().isoformat()
@@ -79,7 +87,7 @@ Run of {today}: {bench['machine']['cpu']}, {a.threads} threads; switchyard kerne
 **{bench['kernel_path']}**; load average {' '.join(load_before)} before, {' '.join(load_after)}
 after (1/5/15 min). Batch-1 decode at **{bench['fraction_of_bandwidth_bound']:.2f}** of the
 bandwidth bound measured in the same run ({bench['read_bandwidth_gb_s']:.1f} GB/s read,
-{bench['weight_bytes_per_token'] / 1e6:.0f} MB per token). Rates: best of the rounds;
+{bench['weight_bytes_per_token'] / 1e6:.0f} MB per token).{prefill_bound} Rates: best of the rounds;
 the mixed-adapter figure: the median of the rounds' (mixed ÷ base-only − 1).
 
 | work | Python reference | switchyard | ratio | goal |

@@ -9,8 +9,9 @@
 use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, TensorView, TextConfig};
 use crate::kernels::linear::{linear_new, Matrix};
-use crate::kernels::ops::{add_in_place, rms_norm, silu};
+use crate::kernels::ops::{add_in_place, rms_norm, silu_gated};
 use crate::step::StepRow;
+use rayon::prelude::*;
 
 use super::attention::{Attention, RowSpan};
 use super::kv_cache::{LayerKv, SequenceState};
@@ -48,12 +49,13 @@ impl Mlp {
         let inter = self.intermediate;
         let gate_up = self.gate_up.forward(x, adapters);
         let mut act = vec![0.0; adapters.len() * inter];
-        for (a, g) in act.chunks_mut(inter).zip(gate_up.chunks(2 * inter)) {
-            let (gate, up) = g.split_at(inter);
-            for ((o, gv), uv) in a.iter_mut().zip(gate).zip(up) {
-                *o = uv * silu(*gv);
-            }
-        }
+        // Rows in parallel: a prefill's activations are an exponential each.
+        act.par_chunks_mut(inter)
+            .zip(gate_up.par_chunks(2 * inter))
+            .for_each(|(a, g)| {
+                let (gate, up) = g.split_at(inter);
+                silu_gated(gate, up, a);
+            });
         self.down.forward(&act, adapters)
     }
 }

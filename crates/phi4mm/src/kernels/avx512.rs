@@ -219,13 +219,47 @@ unsafe fn gemm_block<const R: usize, const C: usize>(
             gemm_step(&mut acc, x.add(k), ldx, w.add(k), ldw, m);
         }
         for (i, row) in acc.iter().enumerate() {
-            for (j, a) in row.iter().enumerate() {
-                let out = y.add(i * ldy + j);
-                let v = _mm512_reduce_add_ps(*a);
-                *out = if add { *out + v } else { v };
+            let out = y.add(i * ldy);
+            if C == 4 {
+                let sums = hsum4(row[0], row[1], row[2], row[3]);
+                let prev = if add {
+                    _mm_loadu_ps(out)
+                } else {
+                    _mm_setzero_ps()
+                };
+                _mm_storeu_ps(out, _mm_add_ps(prev, sums));
+            } else {
+                for (j, a) in row.iter().enumerate() {
+                    let v = _mm512_reduce_add_ps(*a);
+                    *out.add(j) = if add { *out.add(j) + v } else { v };
+                }
             }
         }
     }
+}
+
+/// The sums of the sixteen lanes of each of `a0..a3`, in that order: halves, then quarters of
+/// the four added pairwise in one register, then the four lanes of each quarter (15 shuffles and
+/// adds for the four, where one full reduction each takes 32).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn hsum4(a0: __m512, a1: __m512, a2: __m512, a3: __m512) -> __m128 {
+    // [a.q0 + a.q2, a.q1 + a.q3, b.q0 + b.q2, b.q1 + b.q3] (q: a 128-bit quarter).
+    let halves = |a, b| {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+        )
+    };
+    let (t01, t23) = (halves(a0, a1), halves(a2, a3));
+    // Quarter k now holds four partial sums of a_k.
+    let q = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(t01, t23),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(t01, t23),
+    );
+    let q = _mm512_add_ps(q, _mm512_permute_ps::<0b10_11_00_01>(q));
+    let q = _mm512_add_ps(q, _mm512_permute_ps::<0b01_00_11_10>(q));
+    _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, q))
 }
 
 /// One step of 16 along k (the lanes in `m`) of a register block: `C` weight vectors widened

@@ -20,7 +20,9 @@ dir="${REAL_CKPT:-target/phi4mm-real-ckpt}"
 threads="${THREADS:-$(nproc)}"
 target="${CARGO_TARGET_DIR:-target}"
 port="${PORT:-18480}"
-cargo build --release -p switchyard-phi4mm-cli --bin phi4mm -p switchyard
+cargo build --release -p switchyard-phi4mm-cli --bin phi4mm
+# Apart: with `--bin phi4mm` beside it, cargo would build no `switchyard` binary.
+cargo build --release -p switchyard
 # On its own: built beside the CLI (which links it as an rlib), cargo does not emit the plugin's
 # cdylib.
 cargo build --release -p switchyard-phi4mm

@@ -186,37 +186,49 @@ const NR: usize = 4;
 /// row of the tile streams past them.
 const KC: usize = 1024;
 
-/// `y[i·ldy + j] (+)= Σ_{k < kc} x[i·ldx + k] · w[j·ldw + k]` for `R` input rows and `C` weight
-/// rows; adds when `add`, else stores.
-///
-/// # Safety
-/// AVX-512F/BW/VL; `x` readable for `R` rows of `kc` at stride `ldx`, `w` for `C` rows of `kc` at
-/// stride `ldw`, `y` writable for `R` rows of `C` at stride `ldy`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_block<const R: usize, const C: usize>(
+/// One register block of one pass along k: `R` input rows at `x` and `C` weight rows at `w`,
+/// both of stride `ld`, over `kc` values of k, into `R` rows of `C` outputs at `y` (stride
+/// `ldy`), added to what is there when `add`, else stored.
+#[derive(Clone, Copy)]
+struct Block {
     x: *const f32,
-    ldx: usize,
     w: *const u16,
-    ldw: usize,
+    ld: usize,
     kc: usize,
     y: *mut f32,
     ldy: usize,
     add: bool,
-) {
+}
+
+/// `y[i·ldy + j] (+)= Σ_{k < kc} x[i·ld + k] · w[j·ld + k]` for the `R` × `C` block `b`.
+///
+/// # Safety
+/// AVX-512F/BW/VL; `b.x` readable for `R` rows of `b.kc` at stride `b.ld`, `b.w` for `C` rows,
+/// `b.y` writable for `R` rows of `C` at stride `b.ldy`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn gemm_block<const R: usize, const C: usize>(b: Block) {
+    let Block {
+        x,
+        w,
+        ld,
+        kc,
+        y,
+        ldy,
+        add,
+    } = b;
     // SAFETY: the caller's contract covers every address: loads at k + 16 <= kc, or the masked
     // lanes of the last partial step, which stay below kc.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let mut k = 0;
         while k + 16 <= kc {
-            gemm_step(&mut acc, x.add(k), ldx, w.add(k), ldw, !0);
+            gemm_step(&mut acc, x.add(k), w.add(k), ld, !0);
             k += 16;
         }
         if k < kc {
             let m = ((1u32 << (kc - k)) - 1) as u16;
-            gemm_step(&mut acc, x.add(k), ldx, w.add(k), ldw, m);
+            gemm_step(&mut acc, x.add(k), w.add(k), ld, m);
         }
         for (i, row) in acc.iter().enumerate() {
             let out = y.add(i * ldy);
@@ -266,26 +278,25 @@ fn hsum4(a0: __m512, a1: __m512, a2: __m512, a3: __m512) -> __m128 {
 /// once, each of the `R` input vectors multiplied into its `C` accumulators.
 ///
 /// # Safety
-/// AVX-512F/BW/VL; the lanes in `m` of `R` rows at `x` (stride `ldx`) and `C` rows at `w` (stride
-/// `ldw`) are readable.
+/// AVX-512F/BW/VL; the lanes in `m` of `R` rows at `x` and `C` rows at `w` (both of stride `ld`)
+/// are readable.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn gemm_step<const R: usize, const C: usize>(
     acc: &mut [[__m512; C]; R],
     x: *const f32,
-    ldx: usize,
     w: *const u16,
-    ldw: usize,
+    ld: usize,
     m: __mmask16,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
         let mut wv = [_mm512_setzero_ps(); C];
         for (j, v) in wv.iter_mut().enumerate() {
-            *v = widen16(w.add(j * ldw), m);
+            *v = widen16(w.add(j * ld), m);
         }
         for (i, row) in acc.iter_mut().enumerate() {
-            let xv = _mm512_maskz_loadu_ps(m, x.add(i * ldx));
+            let xv = _mm512_maskz_loadu_ps(m, x.add(i * ld));
             for (a, v) in row.iter_mut().zip(&wv) {
                 *a = _mm512_fmadd_ps(xv, *v, *a);
             }
@@ -293,31 +304,20 @@ unsafe fn gemm_step<const R: usize, const C: usize>(
     }
 }
 
-/// [`gemm_block`] for `r ≤ MR` input rows, `c ≤ NR` weight rows.
+/// [`gemm_block`] for `c ≤ NR` weight rows.
 ///
 /// # Safety
-/// As [`gemm_block`] with `R = r`, `C = c`.
+/// As [`gemm_block`] with `C = c`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_edge_block<const R: usize>(
-    c: usize,
-    x: *const f32,
-    ldx: usize,
-    w: *const u16,
-    ldw: usize,
-    kc: usize,
-    y: *mut f32,
-    ldy: usize,
-    add: bool,
-) {
+unsafe fn gemm_edge_block<const R: usize>(c: usize, b: Block) {
     // SAFETY: forwarded.
     unsafe {
         match c {
-            1 => gemm_block::<R, 1>(x, ldx, w, ldw, kc, y, ldy, add),
-            2 => gemm_block::<R, 2>(x, ldx, w, ldw, kc, y, ldy, add),
-            3 => gemm_block::<R, 3>(x, ldx, w, ldw, kc, y, ldy, add),
-            _ => gemm_block::<R, NR>(x, ldx, w, ldw, kc, y, ldy, add),
+            1 => gemm_block::<R, 1>(b),
+            2 => gemm_block::<R, 2>(b),
+            3 => gemm_block::<R, 3>(b),
+            _ => gemm_block::<R, NR>(b),
         }
     }
 }
@@ -351,20 +351,25 @@ pub unsafe fn gemm_bf16_avx512(
             let i0 = b * base + b.min(extra);
             for j0 in (0..n).step_by(NR) {
                 let c = NR.min(n - j0);
-                let xp = x[i0 * k_len + k0..].as_ptr();
-                let wp = w[j0 * k_len + k0..].as_ptr();
                 // SAFETY: the block's `r` rows of `x` and `c` rows of `w` lie inside the slices
                 // (indices below m·k_len and n·k_len); `y` as this function's contract.
                 unsafe {
-                    let yp = y.add(i0 * ldy + j0);
-                    let add = k0 > 0;
+                    let blk = Block {
+                        x: x[i0 * k_len + k0..].as_ptr(),
+                        w: w[j0 * k_len + k0..].as_ptr(),
+                        ld: k_len,
+                        kc,
+                        y: y.add(i0 * ldy + j0),
+                        ldy,
+                        add: k0 > 0,
+                    };
                     match r {
-                        1 => gemm_edge_block::<1>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
-                        2 => gemm_edge_block::<2>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
-                        3 => gemm_edge_block::<3>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
-                        4 => gemm_edge_block::<4>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
-                        5 => gemm_edge_block::<5>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
-                        _ => gemm_edge_block::<MR>(c, xp, k_len, wp, k_len, kc, yp, ldy, add),
+                        1 => gemm_edge_block::<1>(c, blk),
+                        2 => gemm_edge_block::<2>(c, blk),
+                        3 => gemm_edge_block::<3>(c, blk),
+                        4 => gemm_edge_block::<4>(c, blk),
+                        5 => gemm_edge_block::<5>(c, blk),
+                        _ => gemm_edge_block::<MR>(c, blk),
                     }
                 }
             }

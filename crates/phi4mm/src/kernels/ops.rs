@@ -1,33 +1,41 @@
 //! Element-wise and normalisation ops, in f32 with the reference's operation order.
 
+use rayon::prelude::*;
+
 use super::path::KernelPath;
 
 /// RMSNorm (T5 style): `w * (x / sqrt(mean(x²) + eps))`, per row of width `w.len()`.
+/// Rows in parallel (a prefill normalises hundreds of rows twice per layer).
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let d = w.len();
     let mut out = vec![0.0; x.len()];
-    for (xr, or) in x.chunks(d).zip(out.chunks_mut(d)) {
-        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
-            *o = g * (v * inv);
-        }
-    }
+    out.par_chunks_mut(d)
+        .zip(x.par_chunks(d))
+        .for_each(|(or, xr)| {
+            let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
+            let inv = 1.0 / (ms + eps).sqrt();
+            for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
+                *o = g * (v * inv);
+            }
+        });
     out
 }
 
 /// LayerNorm with weight and bias, per row of width `w.len()`.
+/// Rows in parallel, as [`rms_norm`].
 pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
     let d = w.len();
     let mut out = vec![0.0; x.len()];
-    for (xr, or) in x.chunks(d).zip(out.chunks_mut(d)) {
-        let mean = xr.iter().sum::<f32>() / d as f32;
-        let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-        let inv = 1.0 / (var + eps).sqrt();
-        for (((o, v), g), bb) in or.iter_mut().zip(xr).zip(w).zip(b) {
-            *o = (v - mean) * inv * g + bb;
-        }
-    }
+    out.par_chunks_mut(d)
+        .zip(x.par_chunks(d))
+        .for_each(|(or, xr)| {
+            let mean = xr.iter().sum::<f32>() / d as f32;
+            let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (((o, v), g), bb) in or.iter_mut().zip(xr).zip(w).zip(b) {
+                *o = (v - mean) * inv * g + bb;
+            }
+        });
     out
 }
 

@@ -11,18 +11,17 @@ use crate::kernels::ops::softmax;
 
 use super::kv_cache::LayerKv;
 use super::lora::LoraLinear;
-use super::rope::{Rope, RopeMode};
+use super::rope::{Rope, RopeTable};
 
 /// Query rows per attention block: bounds the `[block, len]` score matrix for long prompts.
 const ATTN_QUERY_BLOCK: usize = 256;
 
-/// One row's new tokens in a step: `tokens` consecutive tokens of the batch, rotated from
-/// position `pos0` with the factor set `mode`.
-#[derive(Clone, Copy, Debug)]
+/// One row's new tokens in a step: `tokens` consecutive tokens of the batch from position
+/// `pos0`, rotated by `rotation` (the row's positions under its factor set).
 pub(super) struct RowSpan {
     pub tokens: usize,
     pub pos0: usize,
-    pub mode: RopeMode,
+    pub rotation: RopeTable,
 }
 
 pub(super) struct Attention {
@@ -60,7 +59,7 @@ impl Attention {
         let mut t0 = 0;
         for (row, kv) in rows.iter().zip(caches.iter_mut()) {
             let row_qkv = &qkv[t0 * width..(t0 + row.tokens) * width];
-            out.extend(self.attend_row(row_qkv, *row, kv, rope));
+            out.extend(self.attend_row(row_qkv, row, kv, rope));
             t0 += row.tokens;
         }
         self.o.forward(&out, adapters)
@@ -68,7 +67,7 @@ impl Attention {
 
     /// Causal attention of one row's new tokens (`qkv`, `[n, (heads + 2·kv_heads)·head_dim]`)
     /// against its cache, which this appends to; returns `[n, heads·head_dim]`.
-    fn attend_row(&self, qkv: &[f32], row: RowSpan, kv: &mut LayerKv, rope: &Rope) -> Vec<f32> {
+    fn attend_row(&self, qkv: &[f32], row: &RowSpan, kv: &mut LayerKv, rope: &Rope) -> Vec<f32> {
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
         let (n, pos0) = (row.tokens, row.pos0);
         let qw = nh * hd;
@@ -84,8 +83,8 @@ impl Attention {
             k.extend_from_slice(&r[qw..qw + kw]);
             v.extend_from_slice(&r[qw + kw..]);
         }
-        rope.apply(&mut q, nh, pos0, row.mode);
-        rope.apply(&mut k, nkv, pos0, row.mode);
+        rope.rotate(&mut q, nh, &row.rotation);
+        rope.rotate(&mut k, nkv, &row.rotation);
         kv.append(&k, &v);
         let (kc, vc) = (&kv.k, &kv.v);
 

@@ -193,7 +193,7 @@ impl Decoder {
             batch.rows.push(RowSpan {
                 tokens,
                 pos0: st.rope.len,
-                mode: st.rope.mode,
+                rotation: self.rope.table(st.rope.len, tokens, st.rope.mode),
             });
         }
 

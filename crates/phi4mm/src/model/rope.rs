@@ -64,8 +64,8 @@ impl Rope {
         }
     }
 
-    /// The cos/sin tables [`Rope::apply`] uses for `n` tokens from `pos0`, `[n, rotary_dim/2]`
-    /// each, already scaled by the attention factor (for backends that rotate elsewhere).
+    /// The cos/sin tables of `n` tokens from `pos0`, `[n, rotary_dim/2]` each, already scaled by
+    /// the attention factor: what a [`RopeTable`] holds, for backends that rotate elsewhere.
     pub fn cos_sin(&self, pos0: usize, n: usize, mode: RopeMode) -> (Vec<f32>, Vec<f32>) {
         let inv = match mode {
             RopeMode::Short => &self.inv_freq_short,
@@ -85,24 +85,26 @@ impl Rope {
         (cos, sin)
     }
 
+    /// The cos/sin tables of `n` tokens from `pos0`, for [`Rope::rotate`]. A step computes them
+    /// once per row and every layer rotates with them (a 128-token prefill of the benchmark
+    /// config took 65,000 `f64` sines and cosines, one set per layer, before).
+    pub fn table(&self, pos0: usize, n: usize, mode: RopeMode) -> RopeTable {
+        let (cos, sin) = self.cos_sin(pos0, n, mode);
+        RopeTable { cos, sin }
+    }
+
     /// Rotates the first `rotary_dim` channels of each head of `x` (`[n, heads·head_dim]`),
-    /// token `t` at position `pos0 + t`.
-    pub fn apply(&self, x: &mut [f32], heads: usize, pos0: usize, mode: RopeMode) {
-        let inv = match mode {
-            RopeMode::Short => &self.inv_freq_short,
-            RopeMode::Long => &self.inv_freq_long,
-        };
+    /// token `t` by row `t` of `table`.
+    pub fn rotate(&self, x: &mut [f32], heads: usize, table: &RopeTable) {
         let half = self.rotary_dim / 2;
-        let mut cos = vec![0f32; half];
-        let mut sin = vec![0f32; half];
         let width = heads * self.head_dim;
-        for (t, tok) in x.chunks_mut(width).enumerate() {
-            let p = (pos0 + t) as f32;
-            for i in 0..half {
-                let angle = p * inv[i];
-                cos[i] = (angle as f64).cos() as f32 * self.attention_factor;
-                sin[i] = (angle as f64).sin() as f32 * self.attention_factor;
-            }
+        assert_eq!(
+            x.len() / width * half,
+            table.cos.len(),
+            "rope: table length"
+        );
+        let rows = table.cos.chunks(half).zip(table.sin.chunks(half));
+        for (tok, (cos, sin)) in x.chunks_mut(width).zip(rows) {
             for h in tok.chunks_mut(self.head_dim) {
                 for i in 0..half {
                     let (a, b) = (h[i], h[i + half]);
@@ -112,6 +114,13 @@ impl Rope {
             }
         }
     }
+}
+
+/// What [`Rope::rotate`] turns a span's channels by: per token and frequency, cos and sin of the
+/// angle, scaled by the attention factor.
+pub struct RopeTable {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
 }
 
 /// A row's RoPE bookkeeping, kept by every backend beside its cache: the positions cached, the

@@ -9,7 +9,9 @@ use crate::checkpoint::{AudioConfig, Checkpoint};
 
 use super::encoder_layers::{Linear, Norm};
 use crate::kernels::matmul::sgemm;
-use crate::kernels::ops::{add_in_place, add_scaled, gelu_erf, layer_norm, silu, softmax};
+use crate::kernels::ops::{
+    add_in_place, add_scaled, gelu_erf, layer_norm, silu, silu_gated, softmax,
+};
 
 const LN_EPS: f32 = 1e-5;
 
@@ -326,12 +328,12 @@ impl AudioEncoder {
         let u = ff.up.forward(&h, t);
         // [value | gate]: the first half is the value (opposite to the text MLP).
         let mut act = vec![0.0; t * inter];
-        for (a, r) in act.chunks_mut(inter).zip(u.chunks(2 * inter)) {
-            let (val, gate) = r.split_at(inter);
-            for ((o, v), g) in a.iter_mut().zip(val).zip(gate) {
-                *o = v * silu(*g);
-            }
-        }
+        act.par_chunks_mut(inter)
+            .zip(u.par_chunks(2 * inter))
+            .for_each(|(a, r)| {
+                let (val, gate) = r.split_at(inter);
+                silu_gated(gate, val, a);
+            });
         ff.down.forward(&act, t)
     }
 

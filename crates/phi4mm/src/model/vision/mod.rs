@@ -163,7 +163,7 @@ impl VisionEncoder {
         let rows = self.hd.assemble(image, &pooled);
         let tokens = rows.len() / hid;
         let up = self.proj_up.forward(&rows, tokens);
-        let act: Vec<f32> = up.iter().map(|&v| gelu_erf(v)).collect();
+        let act: Vec<f32> = up.par_iter().map(|&v| gelu_erf(v)).collect();
         let embeds = self.proj_down.forward(&act, tokens);
         debug_assert_eq!(embeds.len(), tokens * self.text_hidden);
         ImageEncoding {
@@ -211,9 +211,8 @@ impl VisionEncoder {
             add_in_place(&mut x, &o);
             let h = layer_norm(&x, &layer.ln2.w, &layer.ln2.b, c.layer_norm_eps);
             let mut f = layer.fc1.forward(&h, np);
-            for v in f.iter_mut() {
-                *v = gelu_tanh(*v);
-            }
+            // A `tanh` each, 4.4 million per layer and crop at the real dimensions: in parallel.
+            f.par_iter_mut().for_each(|v| *v = gelu_tanh(*v));
             let o = layer.fc2.forward(&f, np);
             add_in_place(&mut x, &o);
         }

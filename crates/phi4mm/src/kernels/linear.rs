@@ -293,11 +293,12 @@ fn dot_rows_scalar(w: impl Fn(usize) -> f32, n: usize, x: &[f32], acc: &mut [f32
 // ---------------------------------------------------------------------------------------------
 // Tiled GEMM path
 
-/// Weight rows widened per tile. Each tile is one `sgemm` call, and every call packs its block
-/// of input rows again, so small tiles repack the input often (at 64 rows of a 1024-wide layer,
-/// a 128-token prefill ran at 186 GFLOP/s; at 256 rows, 248, on a 2-core Zen machine). A tile of
-/// at most 1 MiB of f32 still sits in a core's L2 while the GEMM sweeps it, and there are at
-/// least two tiles per thread, so the pool stays balanced on many cores.
+/// Weight rows per tile. On the widening paths each tile is one `sgemm` call, and every call
+/// packs its block of input rows again, so small tiles repack the input often (the four linears
+/// of a benchmark-config layer on 128 rows: 186 GFLOP/s with tiles of 64 rows, 248 with 256, on
+/// a 2-core Zen machine). A tile of at most 1 MiB of f32 (half that in bf16, as the AVX-512 path
+/// reads it) still sits in a core's L2 while the GEMM sweeps it, and there are at least two tiles
+/// per thread, so the pool stays balanced on many cores.
 fn tile_rows(in_dim: usize, out_dim: usize, row_blocks: usize) -> usize {
     const TILE_F32: usize = 1 << 18;
     let by_cache = TILE_F32 / in_dim.max(1);

@@ -380,7 +380,7 @@ fn gemm_tiled_on(path: KernelPath, x: &[f32], rows: usize, w: Matrix, y: &mut [f
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use crate::kernels::path;
 
     fn lcg(seed: &mut u64) -> f32 {
         *seed = seed
@@ -396,11 +396,7 @@ mod tests {
     fn every_simd_path_matches_scalar() {
         let mut seed = 99u64;
         for path in [KernelPath::Avx512, KernelPath::Avx2] {
-            if !path.supported() {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: kernel path {path} is not supported by this CPU; its unit test did not run"
-                );
+            if !path::supported_or_report(path, "unit test") {
                 continue;
             }
             for n in [
@@ -432,11 +428,7 @@ mod tests {
     /// output counts, every row count).
     #[test]
     fn paired_rows_match_scalar() {
-        if !KernelPath::Avx512.supported() {
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: kernel path avx512 is not supported by this CPU; its paired-row test did not run"
-            );
+        if !path::supported_or_report(KernelPath::Avx512, "paired-row test") {
             return;
         }
         let mut seed = 5u64;
@@ -573,11 +565,7 @@ mod tests {
                 in_dim,
             };
             for path in KernelPath::ALL {
-                if !path.supported() {
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "SKIPPED: kernel path {path} is not supported by this CPU; its GEMM test did not run"
-                    );
+                if !path::supported_or_report(path, "GEMM test") {
                     continue;
                 }
                 let mut y = vec![f32::NAN; rows * out_dim];

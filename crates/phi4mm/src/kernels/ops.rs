@@ -136,7 +136,6 @@ pub fn add_scaled(x: &mut [f32], y: &[f32], s: f32) {
 mod tests {
     use super::*;
     use crate::kernels::path;
-    use std::io::Write;
 
     /// Distance in units in the last place between two finite f32 of the same sign.
     fn ulps(a: f32, b: f32) -> u32 {
@@ -149,11 +148,7 @@ mod tests {
     #[test]
     fn exp_matches_the_rounded_exponential_on_every_path() {
         for p in KernelPath::ALL {
-            if !p.supported() {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: kernel path {p} is not supported by this CPU; its exp test did not run"
-                );
+            if !path::supported_or_report(p, "exp test") {
                 continue;
             }
             let exp_in_place = |v: &mut [f32]| exp_in_place_on(p, v);

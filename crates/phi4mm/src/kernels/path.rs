@@ -156,6 +156,21 @@ pub fn parse(v: &str) -> Result<Option<KernelPath>, String> {
     }
 }
 
+/// For unit tests: whether `path` runs on this CPU. If not, says so on stderr, outside the test
+/// harness's capture, so that a skipped path is visible in every test log.
+#[cfg(test)]
+pub(crate) fn supported_or_report(path: KernelPath, test: &str) -> bool {
+    use std::io::Write;
+    if path.supported() {
+        return true;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: kernel path {path} is not supported by this CPU; its {test} did not run"
+    );
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,15 +6,17 @@
 # http.client; the server is the bottleneck under callgrind), then a dump. Prints the
 # instructions per request and writes `callgrind_annotate` (inclusive) of the dump beside it.
 #
-#   scripts/profile-router.sh switchyard|baseline [REQUESTS] [ECHO_SETTINGS]
+#   scripts/profile-router.sh switchyard|baseline|baseline-typed [REQUESTS] [ECHO_SETTINGS]
 #
+# baseline-typed is the baseline serialising its answer from typed structs, as the host does,
+# instead of building a serde_json::Value.
 # ECHO_SETTINGS (switchyard only) replaces the echo model's settings table, e.g.
 # 'token_delay_ms = 0, slots = 256, pool = true'. Needs valgrind, python3 and the release
 # binaries that scripts/bench-router.sh builds. BIN_DIR (default $CARGO_TARGET_DIR/release)
 # names another directory holding `switchyard` and the echo plugin (an older build, to compare).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-which=${1:?switchyard or baseline}
+which=${1:?switchyard, baseline or baseline-typed}
 requests=${2:-2000}
 settings=${3:-token_delay_ms = 0, slots = 256}
 target_dir=$(realpath "${CARGO_TARGET_DIR:-target}")
@@ -40,7 +42,8 @@ TOML
     cmd=("$bin_dir/switchyard" serve --config "$work/config.toml" --listen "127.0.0.1:$port")
     ;;
 baseline) cmd=("$target_dir/release/router-baseline" "127.0.0.1:$port") ;;
-*) echo "switchyard or baseline, not $which" >&2; exit 2 ;;
+baseline-typed) cmd=("$target_dir/release/router-baseline" "127.0.0.1:$port" typed) ;;
+*) echo "switchyard, baseline or baseline-typed, not $which" >&2; exit 2 ;;
 esac
 XDG_CACHE_HOME=$work/cache valgrind --tool=callgrind --callgrind-out-file="$out/$which.%p" \
     "${cmd[@]}" >"$work/log" 2>&1 &

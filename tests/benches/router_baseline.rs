@@ -7,9 +7,11 @@
 //! - echoes the words of the last user message as a stream of tokens (`"w0"`, `" w1"`, ...),
 //!   each an owned string as the plugin's events are, honouring `max_tokens`;
 //! - builds the same `chat.completion` JSON (id, created, model, message, logprobs,
-//!   finish_reason, usage) with `serde_json::json!`, as the host does.
+//!   finish_reason, usage) with `serde_json::json!`, as a minimal server would write it; or,
+//!   with `typed` as its second argument, serialises it from borrowed, typed structs, as the
+//!   host does (`scripts/profile-router.sh baseline-typed` counts what that saves).
 //!
-//! Usage: `router-baseline 127.0.0.1:PORT`. Run by `scripts/bench-router.sh`.
+//! Usage: `router-baseline 127.0.0.1:PORT [json|typed]`. Run by `scripts/bench-router.sh`.
 
 use axum::{
     body::Bytes,
@@ -19,7 +21,7 @@ use axum::{
     Json, Router,
 };
 use futures_util::{stream, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::{
     sync::atomic::{AtomicU64, Ordering},
@@ -55,6 +57,39 @@ struct TextPart {
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The answer is serialised from [`TypedAnswer`] rather than built with `json!`.
+static TYPED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+#[derive(Serialize)]
+struct TypedAnswer<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [TypedChoice<'a>; 1],
+    usage: TypedUsage,
+}
+
+#[derive(Serialize)]
+struct TypedChoice<'a> {
+    index: u32,
+    message: TypedMessage<'a>,
+    logprobs: Option<()>,
+    finish_reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct TypedMessage<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct TypedUsage {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+}
 
 fn bad_request(message: String) -> Response {
     (
@@ -145,8 +180,32 @@ async fn chat(body: Bytes) -> Response {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let id = format!("chatcmpl-{id}");
+    if TYPED.get() == Some(&true) {
+        return Json(TypedAnswer {
+            id: &id,
+            object: "chat.completion",
+            created,
+            model: &body.model,
+            choices: [TypedChoice {
+                index: 0,
+                message: TypedMessage {
+                    role: "assistant",
+                    content: &text,
+                },
+                logprobs: None,
+                finish_reason,
+            }],
+            usage: TypedUsage {
+                prompt_tokens,
+                completion_tokens,
+                total_tokens: prompt_tokens + completion_tokens,
+            },
+        })
+        .into_response();
+    }
     Json(json!({
-        "id": format!("chatcmpl-{id}"), "object": "chat.completion", "created": created,
+        "id": id, "object": "chat.completion", "created": created,
         "model": body.model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                      "logprobs": null, "finish_reason": finish_reason}],
@@ -161,6 +220,12 @@ async fn main() -> std::io::Result<()> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:8090".into());
+    let typed = match std::env::args().nth(2).as_deref() {
+        None | Some("json") => false,
+        Some("typed") => true,
+        Some(other) => panic!("the answer is built as json or typed, not {other:?}"),
+    };
+    TYPED.set(typed).expect("set once");
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     eprintln!("router-baseline listening on {}", listener.local_addr()?);
     let app = Router::new().route("/v1/chat/completions", post(chat));

@@ -113,10 +113,11 @@ struct Baseline {
 }
 
 impl Baseline {
-    async fn start() -> Self {
+    /// `answer`: `json` (built as a `serde_json::Value`) or `typed` (serialised from structs).
+    async fn start(answer: &str) -> Self {
         let addr = format!("127.0.0.1:{}", free_port());
         let child = Command::new(target_profile_dir().join("router-baseline"))
-            .arg(&addr)
+            .args([addr.as_str(), answer])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -206,7 +207,10 @@ fn abi_cost() -> (Duration, Duration) {
 /// The figures of one concurrency over all rounds.
 struct Row {
     concurrency: usize,
+    /// The baseline building its answer as a `serde_json::Value`.
     baseline: Vec<Sample>,
+    /// The baseline serialising its answer from typed structs, as switchyard does.
+    typed: Vec<Sample>,
     routed: Vec<Sample>,
 }
 
@@ -214,23 +218,17 @@ impl Row {
     fn median_of(samples: &[Sample], f: impl Fn(&Sample) -> f64) -> f64 {
         median(samples.iter().map(f).collect())
     }
-    fn per_round(&self, f: impl Fn(&Sample, &Sample) -> f64) -> f64 {
-        median(
-            self.baseline
-                .iter()
-                .zip(&self.routed)
-                .map(|(b, r)| f(b, r))
-                .collect(),
-        )
+    fn per_round(base: &[Sample], routed: &[Sample], f: impl Fn(&Sample, &Sample) -> f64) -> f64 {
+        median(base.iter().zip(routed).map(|(b, r)| f(b, r)).collect())
     }
-    fn ratio(&self) -> f64 {
-        self.per_round(|b, r| r.rps / b.rps)
+    fn ratio(&self, base: &[Sample]) -> f64 {
+        Self::per_round(base, &self.routed, |b, r| r.rps / b.rps)
     }
     fn p50_added_us(&self) -> f64 {
-        self.per_round(|b, r| (r.p50 - b.p50) * 1e6)
+        Self::per_round(&self.baseline, &self.routed, |b, r| (r.p50 - b.p50) * 1e6)
     }
     fn p99_added_us(&self) -> f64 {
-        self.per_round(|b, r| (r.p99 - b.p99) * 1e6)
+        Self::per_round(&self.baseline, &self.routed, |b, r| (r.p99 - b.p99) * 1e6)
     }
 }
 
@@ -246,24 +244,30 @@ fn main() {
     );
     let body = json!({"model": "bot", "messages": user(PROMPT)});
     let body_text = body.to_string();
-    let (server, baseline) = rt.block_on(async {
+    let (server, baseline, typed) = rt.block_on(async {
         let server = Server::start(&config).await;
-        let baseline = Baseline::start().await;
-        (server, baseline)
+        let baseline = Baseline::start("json").await;
+        let typed = Baseline::start("typed").await;
+        (server, baseline, typed)
     });
     let routed_url = format!("{}/v1/chat/completions", server.base);
     // The baseline must do the same work: the same answer, field for field.
-    let (b, r) = rt.block_on(async {
+    let (b, t, r) = rt.block_on(async {
         (
             answer_shape(&baseline.url, &body).await,
+            answer_shape(&typed.url, &body).await,
             answer_shape(&routed_url, &body).await,
         )
     });
     assert_eq!(b, r, "the baseline's answer differs from switchyard's");
+    assert_eq!(
+        t, r,
+        "the typed baseline's answer differs from switchyard's"
+    );
     assert_eq!(r["choices"][0]["message"]["content"], PROMPT);
 
     // Warm both (connections, allocator, the echo plugin's workers).
-    for url in [&baseline.url, &routed_url] {
+    for url in [&baseline.url, &typed.url, &routed_url] {
         run_oha(url, &body_text, 64, 1);
     }
     let mut rows: Vec<Row> = CONCURRENCY
@@ -271,6 +275,7 @@ fn main() {
         .map(|&concurrency| Row {
             concurrency,
             baseline: Vec::new(),
+            typed: Vec::new(),
             routed: Vec::new(),
         })
         .collect();
@@ -279,14 +284,15 @@ fn main() {
     for round in 0..rounds {
         for row in &mut rows {
             let c = row.concurrency;
-            if round % 2 == 0 {
-                row.baseline
-                    .push(run_oha(&baseline.url, &body_text, c, secs));
-                row.routed.push(run_oha(&routed_url, &body_text, c, secs));
-            } else {
-                row.routed.push(run_oha(&routed_url, &body_text, c, secs));
-                row.baseline
-                    .push(run_oha(&baseline.url, &body_text, c, secs));
+            // The order rotates every round, so no side always runs first or last.
+            for side in (0..3).map(|i| (i + round) % 3) {
+                match side {
+                    0 => row
+                        .baseline
+                        .push(run_oha(&baseline.url, &body_text, c, secs)),
+                    1 => row.typed.push(run_oha(&typed.url, &body_text, c, secs)),
+                    _ => row.routed.push(run_oha(&routed_url, &body_text, c, secs)),
+                }
             }
             loads.push(load_average());
         }
@@ -294,23 +300,26 @@ fn main() {
     let wall = started.elapsed();
     drop(server);
     drop(baseline);
+    drop(typed);
 
     let (load_min, load_max) = loads
         .iter()
         .fold((f64::MAX, f64::MIN), |(lo, hi), &l| (lo.min(l), hi.max(l)));
     let mut table = String::from(
-        "| concurrency | baseline req/s | switchyard req/s | throughput ratio | baseline p50 / p99 ms | switchyard p50 / p99 ms | p50 added µs | p99 added µs |\n\
-         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| concurrency | baseline req/s | switchyard req/s | throughput ratio | typed baseline req/s | ratio to it | baseline p50 / p99 ms | switchyard p50 / p99 ms | p50 added µs | p99 added µs |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     let mut json_rows = serde_json::Map::new();
     for row in &rows {
         let med = |s: &[Sample], f: fn(&Sample) -> f64| Row::median_of(s, f);
         let (b_rps, r_rps) = (med(&row.baseline, |s| s.rps), med(&row.routed, |s| s.rps));
+        let t_rps = med(&row.typed, |s| s.rps);
         let ms = |s: &[Sample], f: fn(&Sample) -> f64| med(s, f) * 1e3;
         table.push_str(&format!(
-            "| {} | {b_rps:.0} | {r_rps:.0} | **{:.2}×** | {:.3} / {:.3} | {:.3} / {:.3} | {:.0} | **{:.0}** |\n",
+            "| {} | {b_rps:.0} | {r_rps:.0} | **{:.2}×** | {t_rps:.0} | {:.2}× | {:.3} / {:.3} | {:.3} / {:.3} | {:.0} | **{:.0}** |\n",
             row.concurrency,
-            row.ratio(),
+            row.ratio(&row.baseline),
+            row.ratio(&row.typed),
             ms(&row.baseline, |s| s.p50),
             ms(&row.baseline, |s| s.p99),
             ms(&row.routed, |s| s.p50),
@@ -322,7 +331,9 @@ fn main() {
             format!("c{}", row.concurrency),
             json!({
                 "baseline_rps": b_rps.round(), "switchyard_rps": r_rps.round(),
-                "ratio": (row.ratio() * 1000.0).round() / 1000.0,
+                "ratio": (row.ratio(&row.baseline) * 1000.0).round() / 1000.0,
+                "typed_baseline_rps": t_rps.round(),
+                "ratio_to_typed": (row.ratio(&row.typed) * 1000.0).round() / 1000.0,
                 "p50_added_us": row.p50_added_us().round(),
                 "p99_added_us": row.p99_added_us().round(),
             }),
@@ -339,7 +350,10 @@ the same JSON (checked field for field before the run). *switchyard*: the releas
 serve`, echo plugin, `token_delay_ms = 0`, `slots = 256`. *baseline*: `router-baseline`\n\
 (`tests/benches/router_baseline.rs`), a minimal axum server that parses the same request into\n\
 typed structs and a plugin-API `Request`, streams the echoed words as tokens and builds the same\n\
-answer with `serde_json`. {rounds} interleaved rounds (order alternating) of {secs} s per side\n\
+answer as a `serde_json::Value` with `json!`. *typed baseline*: the same server serialising its\n\
+answer from borrowed, typed structs, as switchyard now does (the fairer comparison of what the\n\
+router adds). Added latencies are against the first baseline. {rounds} interleaved rounds (order\n\
+rotating) of {secs} s per side\n\
 and concurrency, {wall:.0} s in all; medians over the rounds, ratios and added latencies as the\n\
 median of the per-round ones.\n\n\
 {table}\n\

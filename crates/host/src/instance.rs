@@ -10,11 +10,12 @@ use crate::{
 };
 use abi_stable::std_types::{ROption, RResult};
 use arc_swap::{ArcSwap, ArcSwapOption};
+use axum::http::HeaderValue;
 use serde::Serialize;
 use std::{
     sync::{
         atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering},
-        Arc, Mutex, RwLock,
+        Arc, Mutex, OnceLock, RwLock,
     },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -189,6 +190,9 @@ pub struct Instance {
     lora: Mutex<Option<LoraInfo>>,
     /// What [`Instance::request_series`] resolved last, for the served labels it holds.
     request_series: ArcSwapOption<InstanceSeries>,
+    /// The `x-switchyard-instance` and `x-switchyard-plugin` values of its responses, built
+    /// once (`None` where a name is not a valid header value).
+    served_by_headers: OnceLock<[Option<HeaderValue>; 2]>,
 }
 
 /// Why an instance did not take a request.
@@ -264,6 +268,7 @@ impl Instance {
             }),
             lora: Mutex::new(None),
             request_series: ArcSwapOption::empty(),
+            served_by_headers: OnceLock::new(),
         }
     }
 
@@ -315,6 +320,17 @@ impl Instance {
 
     pub fn plugin_label(&self) -> String {
         self.plugin.label()
+    }
+
+    /// The header values that name this instance and its plugin version on a response; `None`
+    /// for a name that is no valid header value.
+    pub fn served_by_headers(&self) -> &[Option<HeaderValue>; 2] {
+        self.served_by_headers.get_or_init(|| {
+            [
+                HeaderValue::try_from(self.name.as_str()).ok(),
+                HeaderValue::try_from(self.plugin_label()).ok(),
+            ]
+        })
     }
 
     /// Runs the plugin's warm-up; on success the instance is ready. Blocking.

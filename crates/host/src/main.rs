@@ -9,14 +9,22 @@ fn main() -> std::process::ExitCode {
 /// 8 MiB body, a decoded image) come from the heap and stay resident after the request: a
 /// server that has seen a few large requests keeps twice its memory. A fixed threshold keeps
 /// every large buffer, the plugins' included, going back to the OS.
+///
+/// Fixing it also fixes the trim threshold, at 128 KiB: then any `free` that left that much
+/// free at the top of a thread's arena gave it back with `madvise`, which under load was every
+/// other request (and the page faults to take it again). The heap is trimmed once a second
+/// instead ([`trim_the_heap_periodically`]), so `free` itself never trims.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn return_large_buffers_to_the_os() {
     /// glibc's default threshold; fixing it disables the dynamic adjustment.
     const THRESHOLD: libc::c_int = 128 * 1024;
-    // SAFETY: mallopt only sets an allocator parameter; it is called first thing in `main`,
-    // before any other thread exists or anything is allocated that depends on the setting.
+    /// Beyond any arena's top in practice: trimming is the periodic trim's job.
+    const NO_TRIM_ON_FREE: libc::c_int = libc::c_int::MAX;
+    // SAFETY: mallopt only sets allocator parameters; it is called first thing in `main`,
+    // before any other thread exists or anything is allocated that depends on the settings.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, NO_TRIM_ON_FREE);
     }
 }
 

@@ -122,40 +122,61 @@ impl Drop for ChannelSink {
     }
 }
 
-/// The handler's end of a request's events.
+/// The handler's end of a request's events. It takes the unread events in batches, all that
+/// are there under one lock (a fast plugin's whole answer, often), and hands them out one by
+/// one; so besides the `event_buffer` events in the channel, up to as many more wait in the
+/// batch being read.
 pub struct EventReceiver {
     shared: Arc<Shared>,
+    batch: VecDeque<Event>,
+    /// The last event handed out began a new batch.
+    fresh: bool,
 }
 
 impl EventReceiver {
     /// The next event; `None` once the plugin dropped its sink and every event was read.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        let mut state = self.shared.state.lock().unwrap();
-        match self.take(&mut state) {
-            Some(event) => Poll::Ready(Some(event)),
-            None if state.ended => Poll::Ready(None),
-            None => {
-                match &mut state.reader {
-                    Some(waker) => waker.clone_from(cx.waker()),
-                    None => state.reader = Some(cx.waker().clone()),
-                }
-                Poll::Pending
-            }
+        if let Some(event) = self.next_of_batch() {
+            return Poll::Ready(Some(event));
         }
+        let mut state = self.shared.state.lock().unwrap();
+        if take_batch(&self.shared, &mut state, &mut self.batch) {
+            self.fresh = true;
+            return Poll::Ready(self.batch.pop_front());
+        }
+        if state.ended {
+            return Poll::Ready(None);
+        }
+        match &mut state.reader {
+            Some(waker) => waker.clone_from(cx.waker()),
+            None => state.reader = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 
     /// The next event if one is there (for callers outside an async context).
     pub fn try_recv(&mut self) -> Option<Event> {
+        if let Some(event) = self.next_of_batch() {
+            return Some(event);
+        }
         let mut state = self.shared.state.lock().unwrap();
-        self.take(&mut state)
+        if !take_batch(&self.shared, &mut state, &mut self.batch) {
+            return None;
+        }
+        drop(state);
+        self.fresh = true;
+        self.batch.pop_front()
     }
 
-    fn take(&self, state: &mut State) -> Option<Event> {
-        let event = state.unread.pop_front()?;
-        if state.waiting > 0 {
-            self.shared.room.notify_all();
-        }
-        Some(event)
+    /// Whether the event last handed out was the first of a batch taken from the channel (a
+    /// reader that checks a clock per batch, not per event, looks here).
+    pub fn began_batch(&self) -> bool {
+        self.fresh
+    }
+
+    fn next_of_batch(&mut self) -> Option<Event> {
+        self.fresh = false;
+        self.batch.pop_front()
     }
 
     pub async fn recv(&mut self) -> Option<Event> {
@@ -178,10 +199,32 @@ impl Drop for EventReceiver {
     }
 }
 
+/// Moves every unread event into the (empty) `batch`; false when there was none.
+fn take_batch(shared: &Shared, state: &mut State, batch: &mut VecDeque<Event>) -> bool {
+    if state.unread.is_empty() {
+        return false;
+    }
+    // The buffers trade places, so neither allocates once both have grown.
+    std::mem::swap(&mut state.unread, batch);
+    if state.waiting > 0 {
+        shared.room.notify_all();
+    }
+    true
+}
+
+/// Events the channel has room for before it first grows.
+const INITIAL_ROOM: usize = 16;
+
 /// A sink for the plugin and the receiver for the handler.
 pub fn channel(limits: SinkLimits) -> (EventSinkBox, EventReceiver) {
+    // Room for a short answer's events from the start: growing from empty cost three
+    // reallocations per request.
+    let state = State {
+        unread: VecDeque::with_capacity(INITIAL_ROOM.min(limits.capacity)),
+        ..State::default()
+    };
     let shared = Arc::new(Shared {
-        state: Mutex::new(State::default()),
+        state: Mutex::new(state),
         room: Condvar::new(),
     });
     let sink = ChannelSink {
@@ -189,7 +232,12 @@ pub fn channel(limits: SinkLimits) -> (EventSinkBox, EventReceiver) {
         limits,
     };
     let sink = EventSink_TO::from_value(sink, abi_stable::sabi_trait::TD_Opaque);
-    (sink, EventReceiver { shared })
+    let receiver = EventReceiver {
+        shared,
+        batch: VecDeque::new(),
+        fresh: false,
+    };
+    (sink, receiver)
 }
 
 #[cfg(test)]

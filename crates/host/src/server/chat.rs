@@ -3,27 +3,47 @@
 use super::{
     error::ApiError,
     event_stream::Answer,
-    generation::{admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest},
+    generation::{
+        admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageCounts,
+        UsageField,
+    },
     logprobs::{self, LogprobsFormat},
     openai::ChatRequest,
-    outcome::{Refused, Served},
+    outcome::{self, Refused, Served},
 };
+use crate::instance::endpoint_name;
 use crate::{instance::Submission, runtime::Runtime};
+use axum::response::Response;
 use axum::{
     body::Bytes,
     extract::{rejection::BytesRejection, State},
     http::HeaderMap,
     Json,
 };
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::{
     sync::Arc,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
-use switchyard_plugin_api::{FinishReason, Request, TokenLogprobs, Usage};
+use switchyard_plugin_api::{Endpoint, FinishReason, Request, TokenLogprobs, Usage};
 
+/// The handler of its route: [`chat`], with its refusals counted.
 pub async fn chat_completions(
     State(runtime): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let metrics = runtime.metrics.clone();
+    outcome::respond(
+        &metrics,
+        endpoint_name(Endpoint::Chat),
+        chat(runtime, headers, body).await,
+    )
+}
+
+async fn chat(
+    runtime: Arc<Runtime>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Served, Refused> {
@@ -53,7 +73,12 @@ pub async fn chat_completions(
         return Ok(Served::new(instance, body));
     }
     Ok(match events.answer().await {
-        Ok(answer) => Served::new(instance, Json(completion(&meta, &answer, logprobs))),
+        Ok(answer) => {
+            let choice = answer_choice(&answer, logprobs);
+            let usage = UsageField::Counts(answer.usage);
+            let body = meta.envelope("chat.completion", std::slice::from_ref(&choice), usage);
+            Served::new(instance, Json(body))
+        }
         Err(failure) => Served::new(instance, failure.to_api_error(retry_after)),
     })
 }
@@ -88,15 +113,33 @@ pub fn chat_request_from_json(body: &[u8], id: u64) -> Result<Request, ApiError>
     parse_json::<ChatRequest>(body)?.to_plugin(id)
 }
 
-/// The `chat.completion` body of a finished answer.
-fn completion(meta: &ChunkMeta, answer: &Answer, format: Option<LogprobsFormat>) -> Value {
+/// The one choice of a `chat.completion`.
+#[derive(Serialize)]
+struct AnswerChoice<'a> {
+    index: u32,
+    message: AnswerMessage<'a>,
+    logprobs: Option<Value>,
+    finish_reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct AnswerMessage<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+fn answer_choice(answer: &Answer, format: Option<LogprobsFormat>) -> AnswerChoice<'_> {
     let logprobs =
         format.map(|f| logprobs::content(answer.logprobs.iter().map(|l| f.entry(l)).collect()));
-    let choice = json!({"index": 0, "message": {"role": "assistant", "content": answer.text},
-                        "logprobs": logprobs, "finish_reason": answer.reason.as_openai()});
-    let mut body = meta.object("chat.completion", vec![choice]);
-    body["usage"] = usage_json(answer.usage);
-    body
+    AnswerChoice {
+        index: 0,
+        message: AnswerMessage {
+            role: "assistant",
+            content: &answer.text,
+        },
+        logprobs,
+        finish_reason: answer.reason.as_openai(),
+    }
 }
 
 /// `chat.completion.chunk`s: the role first, then content deltas.
@@ -104,32 +147,71 @@ struct ChatChunks {
     logprobs: Option<LogprobsFormat>,
 }
 
+/// The one choice of a `chat.completion.chunk`.
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<Value>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
 impl ChunkFormat for ChatChunks {
     const OBJECT: &'static str = "chat.completion.chunk";
+    type Choice<'a> = ChunkChoice<'a>;
 
-    fn opening(&self) -> Option<Value> {
-        Some(
-            json!({"index": 0, "delta": {"role": "assistant", "content": ""},
-                    "finish_reason": null}),
-        )
+    fn opening(&self) -> Option<ChunkChoice<'static>> {
+        Some(ChunkChoice {
+            index: 0,
+            delta: Delta {
+                role: Some("assistant"),
+                content: Some(""),
+            },
+            logprobs: None,
+            finish_reason: None,
+        })
     }
 
-    fn token(&mut self, text: &str, logprobs: Option<&TokenLogprobs>) -> Value {
-        let mut choice = json!({"index": 0, "delta": {"content": text}, "finish_reason": null});
-        if let (Some(format), Some(sent)) = (self.logprobs, logprobs) {
-            choice["logprobs"] = logprobs::content(vec![format.entry(sent)]);
+    fn token<'a>(&mut self, text: &'a str, logprobs: Option<&TokenLogprobs>) -> ChunkChoice<'a> {
+        let logprobs = match (self.logprobs, logprobs) {
+            (Some(format), Some(sent)) => Some(logprobs::content(vec![format.entry(sent)])),
+            _ => None,
+        };
+        ChunkChoice {
+            index: 0,
+            delta: Delta {
+                role: None,
+                content: Some(text),
+            },
+            logprobs,
+            finish_reason: None,
         }
-        choice
     }
 
-    fn finish(&self, reason: FinishReason) -> Value {
-        json!({"index": 0, "delta": {}, "finish_reason": reason.as_openai()})
+    fn finish(&self, reason: FinishReason) -> ChunkChoice<'static> {
+        ChunkChoice {
+            index: 0,
+            delta: Delta {
+                role: None,
+                content: None,
+            },
+            logprobs: None,
+            finish_reason: Some(reason.as_openai()),
+        }
     }
 }
 
 pub fn usage_json(usage: Usage) -> Value {
-    json!({"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-           "total_tokens": usage.prompt_tokens + usage.completion_tokens})
+    serde_json::to_value(UsageCounts::from(usage)).expect("the usage serialises")
 }
 
 pub fn unix_now() -> u64 {

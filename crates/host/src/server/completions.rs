@@ -3,29 +3,45 @@
 //! text chat; the plugin reads the prompt through `submit_prompt` (plugin API 2.1).
 
 use super::{
-    chat::{unix_now, usage_json},
+    chat::unix_now,
     error::ApiError,
-    event_stream::Answer,
-    generation::{admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest},
+    generation::{admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageField},
     logprobs::LogprobsFormat,
     openai::CompletionRequest,
-    outcome::{Refused, Served},
+    outcome::{self, Refused, Served},
 };
+use crate::instance::COMPLETIONS;
 use crate::{instance::Submission, runtime::Runtime};
+use axum::response::Response;
 use axum::{
     body::Bytes,
     extract::{rejection::BytesRejection, State},
     http::HeaderMap,
     Json,
 };
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::{sync::Arc, time::Instant};
 use switchyard_plugin_api::{FinishReason, TokenLogprobs};
 
 const OBJECT: &str = "text_completion";
 
+/// The handler of its route: [`complete`], with its refusals counted.
 pub async fn completions(
     State(runtime): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let metrics = runtime.metrics.clone();
+    outcome::respond(
+        &metrics,
+        COMPLETIONS,
+        complete(runtime, headers, body).await,
+    )
+}
+
+async fn complete(
+    runtime: Arc<Runtime>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Served, Refused> {
@@ -53,7 +69,21 @@ pub async fn completions(
         return Ok(Served::new(instance, body));
     }
     Ok(match events.answer().await {
-        Ok(answer) => Served::new(instance, Json(completion(&meta, &answer, logprobs))),
+        Ok(answer) => {
+            let logprobs = logprobs
+                .map(|f| f.legacy(answer.text_offsets.iter().copied().zip(&answer.logprobs)));
+            let choice = Choice {
+                index: 0,
+                text: &answer.text,
+                logprobs,
+                finish_reason: Some(answer.reason.as_openai()),
+            };
+            let usage = UsageField::Counts(answer.usage);
+            Served::new(
+                instance,
+                Json(meta.envelope(OBJECT, std::slice::from_ref(&choice), usage)),
+            )
+        }
         Err(failure) => Served::new(instance, failure.to_api_error(retry_after)),
     })
 }
@@ -67,15 +97,13 @@ impl JsonRequest for CompletionRequest {
     }
 }
 
-/// The `text_completion` body of a finished answer.
-fn completion(meta: &ChunkMeta, answer: &Answer, format: Option<LogprobsFormat>) -> Value {
-    let logprobs =
-        format.map(|f| f.legacy(answer.text_offsets.iter().copied().zip(&answer.logprobs)));
-    let choice = json!({"index": 0, "text": answer.text, "logprobs": logprobs,
-                        "finish_reason": answer.reason.as_openai()});
-    let mut body = meta.object(OBJECT, vec![choice]);
-    body["usage"] = usage_json(answer.usage);
-    body
+/// The one choice of a `text_completion` answer or chunk.
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    text: &'a str,
+    logprobs: Option<Value>,
+    finish_reason: Option<&'static str>,
 }
 
 /// `text_completion` chunks: one per token, each with its token's `logprobs` when asked.
@@ -87,21 +115,32 @@ struct CompletionChunks {
 
 impl ChunkFormat for CompletionChunks {
     const OBJECT: &'static str = OBJECT;
+    type Choice<'a> = Choice<'a>;
 
-    fn opening(&self) -> Option<Value> {
+    fn opening(&self) -> Option<Choice<'static>> {
         None
     }
 
-    fn token(&mut self, text: &str, logprobs: Option<&TokenLogprobs>) -> Value {
+    fn token<'a>(&mut self, text: &'a str, logprobs: Option<&TokenLogprobs>) -> Choice<'a> {
         let logprobs = match (self.logprobs, logprobs) {
-            (Some(format), Some(sent)) => format.legacy([(self.offset, sent)]),
-            _ => Value::Null,
+            (Some(format), Some(sent)) => Some(format.legacy([(self.offset, sent)])),
+            _ => None,
         };
         self.offset += text.chars().count();
-        json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": null})
+        Choice {
+            index: 0,
+            text,
+            logprobs,
+            finish_reason: None,
+        }
     }
 
-    fn finish(&self, reason: FinishReason) -> Value {
-        json!({"index": 0, "text": "", "logprobs": null, "finish_reason": reason.as_openai()})
+    fn finish(&self, reason: FinishReason) -> Choice<'static> {
+        Choice {
+            index: 0,
+            text: "",
+            logprobs: None,
+            finish_reason: Some(reason.as_openai()),
+        }
     }
 }

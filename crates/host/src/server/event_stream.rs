@@ -183,7 +183,8 @@ impl EventStream {
 
     /// Waits for the whole answer.
     pub async fn answer(mut self) -> Result<Answer, Failure> {
-        let mut text = String::new();
+        // Room for a short answer at once, instead of a reallocation every few tokens.
+        let mut text = String::with_capacity(256);
         let (mut chars, mut logprobs, mut text_offsets) = (0, Vec::new(), Vec::new());
         loop {
             match std::future::poll_fn(|cx| self.poll_step(cx)).await {
@@ -217,9 +218,10 @@ impl EventStream {
         loop {
             // The events first: a request whose events are already there (a fast plugin) then
             // never registers its deadline's timer, which is most of the timer's cost. The clock
-            // check keeps a plugin that never lets the channel run dry from outliving it.
+            // check, once per batch of events taken from the channel, keeps a plugin that never
+            // lets the channel run dry from outliving it.
             let event = match self.events.poll_recv(cx) {
-                Poll::Ready(event) if !self.past_deadline() => event,
+                Poll::Ready(event) if !(self.events.began_batch() && self.past_deadline()) => event,
                 Poll::Ready(_) => return Poll::Ready(self.deadline_passed()),
                 Poll::Pending => {
                     let deadline = self.deadline.as_mut().map(|d| d.sleep.as_mut());

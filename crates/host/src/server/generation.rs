@@ -5,7 +5,7 @@
 
 use super::{
     admin::is_json,
-    chat::{parse_json, read_bytes, usage_json},
+    chat::{parse_json, read_bytes},
     dispatch::dispatch,
     error::ApiError,
     event_stream::{EventStream, Step},
@@ -19,7 +19,7 @@ use axum::{
     response::sse::{Event as SseEvent, Sse},
 };
 use futures_util::{stream, Stream, StreamExt};
-use serde_json::{json, Value};
+use serde::{Serialize, Serializer};
 use std::{convert::Infallible, sync::Arc, time::Instant};
 use switchyard_plugin_api::{FinishReason, TokenLogprobs, Usage};
 
@@ -85,25 +85,97 @@ pub struct ChunkMeta {
 }
 
 impl ChunkMeta {
-    /// `{id, object, created, model, choices}`.
-    pub fn object(&self, object: &str, choices: Vec<Value>) -> Value {
-        json!({
-            "id": self.id, "object": object, "created": self.created, "model": self.model,
-            "choices": choices,
-        })
+    /// `{id, object, created, model, choices}`, with `usage` as `usage` says.
+    pub fn envelope<'a, C: Serialize>(
+        &'a self,
+        object: &'static str,
+        choices: &'a [C],
+        usage: UsageField,
+    ) -> Envelope<'a, C> {
+        Envelope {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.model,
+            choices,
+            usage,
+        }
     }
+}
+
+/// Every answer and chunk of the generation endpoints, serialised straight from borrowed
+/// fields. (A `serde_json::Value` tree allocated every key and value, and then freed them: a
+/// quarter of a short request's instructions went there.)
+#[derive(Serialize)]
+pub struct Envelope<'a, C> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: &'a [C],
+    #[serde(skip_serializing_if = "UsageField::is_absent")]
+    usage: UsageField,
+}
+
+/// The `usage` of an answer or chunk: absent, `null` (the chunks before the usage chunk when
+/// the client asked for one, as OpenAI sends them), or the counts.
+#[derive(Clone, Copy)]
+pub enum UsageField {
+    Absent,
+    Null,
+    Counts(Usage),
+}
+
+impl UsageField {
+    fn is_absent(&self) -> bool {
+        matches!(self, Self::Absent)
+    }
+}
+
+impl Serialize for UsageField {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Absent | Self::Null => serializer.serialize_none(),
+            Self::Counts(usage) => UsageCounts::from(*usage).serialize(serializer),
+        }
+    }
+}
+
+/// OpenAI's `usage` object.
+#[derive(Serialize)]
+pub struct UsageCounts {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+}
+
+impl From<Usage> for UsageCounts {
+    fn from(usage: Usage) -> Self {
+        Self {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.prompt_tokens + usage.completion_tokens,
+        }
+    }
+}
+
+/// JSON text of a value whose serialisation cannot fail (no maps with non-string keys).
+pub fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("the answers' types serialise infallibly")
 }
 
 /// How one endpoint writes the chunks of a streamed answer.
 pub trait ChunkFormat: Send + 'static {
     /// The chunks' `object`.
     const OBJECT: &'static str;
+    /// One chunk's choice; it may borrow the token's text.
+    type Choice<'a>: Serialize;
     /// The choice of a chunk sent before any token (chat: the role), if any.
-    fn opening(&self) -> Option<Value>;
+    fn opening(&self) -> Option<Self::Choice<'static>>;
     /// The choice of one token's chunk; `logprobs` is set when the request asked for them.
-    fn token(&mut self, text: &str, logprobs: Option<&TokenLogprobs>) -> Value;
+    fn token<'a>(&mut self, text: &'a str, logprobs: Option<&TokenLogprobs>) -> Self::Choice<'a>;
     /// The choice of the last chunk, with its `finish_reason`.
-    fn finish(&self, reason: FinishReason) -> Value;
+    fn finish(&self, reason: FinishReason) -> Self::Choice<'static>;
 }
 
 /// A streamed answer in OpenAI's order: the opening chunk, one chunk per token, the finishing
@@ -117,21 +189,22 @@ pub fn stream_answer<F: ChunkFormat>(
     include_usage: bool,
     retry_after: u32,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let chunk = move |meta: &ChunkMeta, choice: Value| {
-        let mut chunk = meta.object(F::OBJECT, vec![choice]);
-        if include_usage {
-            chunk["usage"] = Value::Null;
-        }
-        chunk.to_string()
+    let usage = if include_usage {
+        UsageField::Null
+    } else {
+        UsageField::Absent
     };
-    let opening = format.opening().map(|choice| chunk(&meta, choice));
+    let chunk = move |meta: &ChunkMeta, choice: &F::Choice<'_>| {
+        to_json(&meta.envelope(F::OBJECT, std::slice::from_ref(choice), usage))
+    };
+    let opening = format.opening().map(|choice| chunk(&meta, &choice));
     let rest = events.into_steps().flat_map(move |step| {
         let data = match step {
             Step::Token { text, logprobs } => {
-                vec![chunk(&meta, format.token(&text, logprobs.as_ref()))]
+                vec![chunk(&meta, &format.token(&text, logprobs.as_ref()))]
             }
             Step::Finished { reason, usage } => {
-                let mut data = vec![chunk(&meta, format.finish(reason))];
+                let mut data = vec![chunk(&meta, &format.finish(reason))];
                 if include_usage {
                     data.push(usage_chunk::<F>(&meta, usage));
                 }
@@ -147,7 +220,6 @@ pub fn stream_answer<F: ChunkFormat>(
 }
 
 fn usage_chunk<F: ChunkFormat>(meta: &ChunkMeta, usage: Usage) -> String {
-    let mut chunk = meta.object(F::OBJECT, Vec::new());
-    chunk["usage"] = usage_json(usage);
-    chunk.to_string()
+    let none: &[F::Choice<'_>] = &[];
+    to_json(&meta.envelope(F::OBJECT, none, UsageField::Counts(usage)))
 }

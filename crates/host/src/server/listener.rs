@@ -6,8 +6,13 @@
 //! - hyper's `header_read_timeout` (`header_read_timeout_secs`), which also closes a kept-alive
 //!   connection that sends no next request in that time;
 //! - [`read_body_within`]: the whole body within `body_read_timeout_secs` (HTTP 408), and no
-//!   more than `max_body_bytes` (HTTP 413, at once when `Content-Length` says so);
-//! - the peer address as [`axum::extract::ConnectInfo`], for the admin guard;
+//!   more than `max_body_bytes` (HTTP 413, at once when `Content-Length` says so), before the
+//!   router sees the request; the router's extractors get `max_body_bytes` as their limit;
+//! - on the admin listener, the peer address as [`axum::extract::ConnectInfo`], for the admin
+//!   guard;
+//!
+//! These run in the connection's service function, not as router layers: a layer on the router
+//! is applied to every route, boxed, and cloned per request.
 //! - on stop, no new connections, and the open ones finish by the stop's deadline
 //!   (hyper-util's `GracefulShutdown`), after which they are dropped.
 //!
@@ -16,10 +21,9 @@
 use super::error::ApiError;
 use crate::config::ServerConfig;
 use axum::{
-    body::Body,
-    extract::{ConnectInfo, Request, State},
-    http::{header, HeaderValue, StatusCode},
-    middleware::Next,
+    body::{Body, Bytes},
+    extract::{ConnectInfo, DefaultBodyLimit},
+    http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Router,
 };
@@ -27,7 +31,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{sync::Arc, task::Poll, time::Duration};
 use tokio::{net::TcpListener, sync::Semaphore};
-use tower::ServiceExt;
+use tower::{Layer, ServiceExt};
 
 /// The limits one listener enforces, from `[server]` (read once at start).
 #[derive(Clone, Debug)]
@@ -49,6 +53,15 @@ impl HttpLimits {
     }
 }
 
+/// Whether a listener's requests carry their peer's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// As a [`ConnectInfo`] extension (the admin listener, whose guard trusts loopback peers).
+    Extension,
+    /// Not at all (the main listener: nothing there reads it).
+    Unused,
+}
+
 /// Tells listeners to stop: `Some(deadline)` by which their open connections must finish.
 pub type Stop = tokio::sync::watch::Receiver<Option<tokio::time::Instant>>;
 
@@ -58,8 +71,13 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,
+    peer_info: Peer,
     mut stop: Stop,
 ) -> std::io::Result<()> {
+    // The body is whole and within the limit before the router sees it; its extractors get
+    // the same limit (their default is 2 MB).
+    let app = DefaultBodyLimit::max(limits.max_body_bytes).layer(app);
+    let limits = Arc::new(limits.clone());
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -83,10 +101,22 @@ pub async fn serve(
             },
             _ = stopped(&mut stop) => break,
         };
-        let app = app.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            app.clone().oneshot(request.map(Body::new))
+        let (app, limits) = (app.clone(), limits.clone());
+        let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
+            let (app, limits) = (app.clone(), limits.clone());
+            async move {
+                let (mut parts, body) = request.into_parts();
+                if peer_info == Peer::Extension {
+                    parts.extensions.insert(ConnectInfo(peer));
+                }
+                match read_body_within(&limits, &parts.headers, body).await {
+                    Ok(bytes) => {
+                        let request = axum::extract::Request::from_parts(parts, Body::from(bytes));
+                        app.oneshot(request).await
+                    }
+                    Err(refused) => Ok(refused),
+                }
+            }
         });
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
@@ -111,16 +141,14 @@ async fn stopped(stop: &mut Stop) {
     let _ = stop.wait_for(Option::is_some).await;
 }
 
-/// The layer (`axum::middleware::from_fn_with_state`) that reads a request's whole body within
-/// the body-read timeout and the size limit, so that no handler waits on a trickling client.
-pub async fn read_body_within(
-    State(limits): State<Arc<HttpLimits>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let (parts, body) = request.into_parts();
-    let declared = parts
-        .headers
+/// Reads a request's whole body within the body-read timeout and the size limit, so that no
+/// handler waits on a trickling client; or the error response.
+async fn read_body_within(
+    limits: &HttpLimits,
+    headers: &HeaderMap,
+    body: hyper::body::Incoming,
+) -> Result<Bytes, Response> {
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
@@ -137,43 +165,39 @@ pub async fn read_body_within(
         ))
     };
     if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
-        return too_large();
+        return Err(too_large());
     }
     let limited = http_body_util::Limited::new(body, limits.max_body_bytes);
     // A small body has usually arrived with its headers: one poll reads it, and the timer (a
-    // registration in tokio's wheel and its removal, most of this layer's cost) is armed only
+    // registration in tokio's wheel and its removal, most of this step's cost) is armed only
     // for a body still on its way.
     let mut collect = std::pin::pin!(limited.collect());
     let read = match futures_util::poll!(collect.as_mut()) {
         Poll::Ready(read) => Ok(read),
         Poll::Pending => tokio::time::timeout(limits.body_read_timeout, collect).await,
     };
-    let bytes = match read {
+    match read {
         Err(_) => {
             let message = format!(
                 "the request body did not arrive within body_read_timeout_secs = {}",
                 limits.body_read_timeout.as_secs_f64()
             );
-            return close(ApiError::new(
+            Err(close(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "invalid_request_error",
                 "body_timeout",
                 message,
-            ));
+            )))
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
-        Ok(Err(e)) => {
-            return close(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "invalid_body",
-                format!("reading the request body failed: {e}"),
-            ))
-        }
-        Ok(Ok(collected)) => collected.to_bytes(),
-    };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(close(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_body",
+            format!("reading the request body failed: {e}"),
+        ))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
 }
 
 /// An error after which the connection is not reused (its body may be half read).

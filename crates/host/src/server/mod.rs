@@ -9,6 +9,7 @@ pub mod event_stream;
 mod generation;
 mod health;
 mod listener;
+use listener::Peer;
 mod logprobs;
 mod openai;
 pub mod outcome;
@@ -17,41 +18,21 @@ mod transcriptions;
 
 pub use chat::chat_request_from_json;
 
-use crate::{
-    config::ServerConfig,
-    instance::{endpoint_name, COMPLETIONS},
-    metrics::Metrics,
-    reload,
-    runtime::Runtime,
-};
+use crate::{reload, runtime::Runtime};
 use axum::{
-    extract::DefaultBodyLimit,
     middleware,
     routing::{get, post},
     Router,
 };
 use std::{net::SocketAddr, sync::Arc, time::Duration};
-use switchyard_plugin_api::Endpoint;
 
-fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
-    // Each API route writes down its responses' outcomes (`x-switchyard-*` headers, refusals)
-    // under its endpoint's name.
-    let outcomes = |endpoint: &'static str| {
-        middleware::map_response_with_state((metrics.clone(), endpoint), outcome::record)
-    };
+fn api_routes() -> Router<Arc<Runtime>> {
     Router::new()
-        .route(
-            "/v1/chat/completions",
-            post(chat::chat_completions).layer(outcomes(endpoint_name(Endpoint::Chat))),
-        )
-        .route(
-            "/v1/completions",
-            post(completions::completions).layer(outcomes(COMPLETIONS)),
-        )
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
         .route(
             "/v1/audio/transcriptions",
-            post(transcriptions::transcriptions)
-                .layer(outcomes(endpoint_name(Endpoint::Transcription))),
+            post(transcriptions::transcriptions),
         )
         .route("/v1/models", get(health::models))
         .route("/health", get(health::health))
@@ -62,13 +43,13 @@ fn api_routes(metrics: &Metrics) -> Router<Arc<Runtime>> {
 /// The main listener's router: the API, plus admin behind a bearer token when one is configured.
 pub fn main_router(runtime: Arc<Runtime>) -> Router {
     let server = runtime.current().config.server().clone();
-    let mut router = api_routes(&runtime.metrics);
+    let mut router = api_routes();
     if let Some(token) = server.admin_token.as_deref() {
         let guard = Arc::new(admin::AdminGuard::new(Some(token), false));
         router = router
             .merge(admin::routes().layer(middleware::from_fn_with_state(guard, admin::guard)));
     }
-    with_body_limits(router, &server).with_state(runtime)
+    router.with_state(runtime)
 }
 
 /// The admin listener's router (a loopback address): the token, or a loopback peer naming a
@@ -79,19 +60,7 @@ pub fn admin_router(runtime: Arc<Runtime>) -> Router {
     let router = admin::routes()
         .layer(middleware::from_fn_with_state(guard, admin::guard))
         .route("/health", get(health::health));
-    with_body_limits(router, &server).with_state(runtime)
-}
-
-/// Every body is read whole within `body_read_timeout_secs` and `max_body_bytes` before a
-/// handler sees it (see `listener::read_body_within`).
-fn with_body_limits(router: Router<Arc<Runtime>>, server: &ServerConfig) -> Router<Arc<Runtime>> {
-    let limits = Arc::new(listener::HttpLimits::of(server));
-    router
-        .layer(DefaultBodyLimit::max(server.max_body_bytes))
-        .layer(middleware::from_fn_with_state(
-            limits,
-            listener::read_body_within,
-        ))
+    router.with_state(runtime)
 }
 
 /// Why serving stopped with an error. The messages are those of the underlying errors.
@@ -126,12 +95,25 @@ pub async fn serve(
     let server = runtime.current().config.server().clone();
     let limits = listener::HttpLimits::of(&server);
     let app = main_router(runtime.clone());
-    tasks.spawn(listener::serve(main, app, limits.clone(), stop_rx.clone()));
+    tasks.spawn(listener::serve(
+        main,
+        app,
+        limits.clone(),
+        Peer::Unused,
+        stop_rx.clone(),
+    ));
     if let Some(addr) = admin {
         let admin = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(admin_addr = %admin.local_addr()?, "admin listening");
         let app = admin_router(runtime.clone());
-        tasks.spawn(listener::serve(admin, app, limits, stop_rx.clone()));
+        // The admin guard trusts a loopback peer there.
+        tasks.spawn(listener::serve(
+            admin,
+            app,
+            limits,
+            Peer::Extension,
+            stop_rx.clone(),
+        ));
     }
 
     wait_for_termination().await;

@@ -1,15 +1,15 @@
 //! What every API response says about its request, written down in one place. A handler
-//! returns [`Served`] (an instance took the request) or [`Refused`] (none did); the [`record`]
-//! layer on each API route turns the first into the `x-switchyard-instance` and
-//! `x-switchyard-plugin` headers, and the second into the refusal metrics of that route's
-//! endpoint. (A request that an instance took is recorded by its event stream instead, for it
-//! ends when its body does.)
+//! ends in [`Served`] (an instance took the request), which carries the `x-switchyard-instance`
+//! and `x-switchyard-plugin` headers, or [`Refused`] (none did), which [`respond`] counts in the
+//! refusal metrics of the handler's endpoint. (A request that an instance took is recorded by
+//! its event stream instead, for it ends when its body does.) This is a function the handlers
+//! call rather than a layer on their routes: a route layer boxed and cloned a service per
+//! request.
 
 use super::error::ApiError;
 use crate::{instance::Instance, metrics::Metrics};
 use axum::{
-    extract::State,
-    http::{HeaderName, HeaderValue},
+    http::HeaderName,
     response::{IntoResponse, Response},
 };
 use std::sync::Arc;
@@ -55,57 +55,41 @@ impl Refused {
     }
 }
 
-/// How a handler's response reaches [`record`]: as a response extension, which `record` removes.
-#[derive(Clone)]
-enum Outcome {
-    Served { instance: String, plugin: String },
-    Refused { model: String, code: &'static str },
-}
-
 impl IntoResponse for Served {
     fn into_response(self) -> Response {
         let mut response = self.response;
-        response.extensions_mut().insert(Outcome::Served {
-            instance: self.instance.name.clone(),
-            plugin: self.instance.plugin_label(),
-        });
+        let headers = response.headers_mut();
+        let names = [SERVED_BY_INSTANCE, SERVED_BY_PLUGIN];
+        for (name, value) in names.into_iter().zip(self.instance.served_by_headers()) {
+            if let Some(value) = value {
+                headers.insert(HeaderName::from_static(name), value.clone());
+            }
+        }
         response
     }
 }
 
 impl IntoResponse for Refused {
     fn into_response(self) -> Response {
-        let code = self.error.code;
-        let mut response = self.error.into_response();
-        response.extensions_mut().insert(Outcome::Refused {
-            model: self.model,
-            code,
-        });
-        response
+        self.error.into_response()
     }
 }
 
-/// The layer function (`axum::middleware::map_response_with_state`), with the route's metrics
-/// and endpoint name.
-pub async fn record(
-    State((metrics, endpoint)): State<(Metrics, &'static str)>,
-    mut response: Response,
+/// The response to a request to `endpoint` (its name in the metrics), with a refusal counted.
+pub fn respond(
+    metrics: &Metrics,
+    endpoint: &'static str,
+    outcome: Result<Served, Refused>,
 ) -> Response {
-    match response.extensions_mut().remove::<Outcome>() {
-        Some(Outcome::Served { instance, plugin }) => {
-            let headers = response.headers_mut();
-            for (name, value) in [(SERVED_BY_INSTANCE, instance), (SERVED_BY_PLUGIN, plugin)] {
-                if let Ok(value) = HeaderValue::try_from(value) {
-                    headers.insert(HeaderName::from_static(name), value);
-                }
-            }
-        }
-        Some(Outcome::Refused { model, code }) => {
+    match outcome {
+        Ok(served) => served.into_response(),
+        Err(Refused { model, error }) => {
+            let code = error.code;
+            let response = error.into_response();
             metrics.request_refused(&model, endpoint, response.status().as_u16(), code);
+            response
         }
-        None => {}
     }
-    response
 }
 
 #[cfg(test)]
@@ -113,19 +97,13 @@ mod tests {
     use super::*;
     use crate::metrics::Snapshot;
 
-    #[tokio::test]
-    async fn a_refusal_is_counted_once_under_the_routes_endpoint() {
+    #[test]
+    fn a_refusal_is_counted_once_under_the_handlers_endpoint() {
         let metrics = Metrics::new();
         let refused = Refused::new("chat", ApiError::not_found_model("no such model"));
-        let state = State((metrics.clone(), "transcription"));
-        let response = record(state, refused.into_response()).await;
+        let response = respond(&metrics, "transcription", Err(refused));
         assert_eq!(response.status().as_u16(), 404);
-        assert!(response.extensions().get::<Outcome>().is_none());
         assert!(response.headers().get(SERVED_BY_INSTANCE).is_none());
-
-        // A response that says nothing (health, an extractor's own rejection) is left alone.
-        let plain = record(State((metrics.clone(), "chat")), "ok".into_response()).await;
-        assert_eq!(plain.status().as_u16(), 200);
 
         let text = metrics.render(&Snapshot::default());
         let line = r#"switchyard_requests_total{instance="",plugin_version="",model="chat",endpoint="transcription",status="404"} 1"#;

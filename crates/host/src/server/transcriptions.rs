@@ -7,10 +7,12 @@ use super::{
     dispatch::dispatch,
     error::ApiError,
     event_stream::{EventStream, Step},
-    outcome::{Refused, Served},
+    outcome::{self, Refused, Served},
 };
+use crate::instance::endpoint_name;
 use crate::runtime::Runtime;
 use abi_stable::std_types::RVec;
+use axum::response::Response;
 use axum::{
     extract::{multipart::MultipartRejection, Multipart, State},
     http::HeaderMap,
@@ -125,8 +127,22 @@ fn audio_format(file_name: Option<&str>, content_type: Option<&str>) -> String {
     }
 }
 
+/// The handler of its route: [`transcribe`], with its refusals counted.
 pub async fn transcriptions(
     State(runtime): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Response {
+    let metrics = runtime.metrics.clone();
+    outcome::respond(
+        &metrics,
+        endpoint_name(Endpoint::Transcription),
+        transcribe(runtime, headers, multipart).await,
+    )
+}
+
+async fn transcribe(
+    runtime: Arc<Runtime>,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Served, Refused> {

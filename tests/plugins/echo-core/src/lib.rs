@@ -181,8 +181,11 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// Cancel flags of admitted requests (queued or running).
+    /// Cancel flags of the requests admitted to the workers (queued or running).
     requests: HashMap<u64, Arc<AtomicBool>>,
+    /// Requests being answered inside `submit` (no token delay): they run on the caller's
+    /// thread, at once, so they are neither queued nor cancellable.
+    answering: u32,
     /// Admitted requests waiting for a slot.
     queue: VecDeque<Job>,
     /// How to hand a job to each idle worker, the most recently idle last.
@@ -197,6 +200,10 @@ struct State {
 impl State {
     fn queued(&self) -> u32 {
         self.requests.len() as u32 - self.running
+    }
+
+    fn admitted(&self) -> u32 {
+        self.requests.len() as u32 + self.answering
     }
 }
 
@@ -226,10 +233,10 @@ impl PluginModel for EchoModel {
         if state.draining {
             return Err(PluginError::unavailable("instance is draining"));
         }
-        if state.requests.len() as u32 >= self.settings.slots + self.settings.queue {
+        if state.admitted() >= self.settings.slots + self.settings.queue {
             return Err(PluginError::overloaded(format!(
                 "{} requests admitted (slots {} + queue {})",
-                state.requests.len(),
+                state.admitted(),
                 self.settings.slots,
                 self.settings.queue
             )));
@@ -254,13 +261,10 @@ impl PluginModel for EchoModel {
         };
         // Nothing to wait for: answered here, never queued (so never waiting for a worker).
         if job.delay.is_zero() && !self.settings.pool {
-            state.requests.insert(request.id, cancel);
-            state.running += 1;
+            state.answering += 1;
             drop(state);
             job.run();
-            let mut state = self.shared.state.lock().unwrap();
-            state.requests.remove(&job.id);
-            state.running -= 1;
+            self.shared.state.lock().unwrap().answering -= 1;
             return Ok(());
         }
         if state.running >= self.settings.slots {
@@ -325,12 +329,15 @@ impl PluginModel for EchoModel {
     fn stats(&self) -> ModelStats {
         let state = self.shared.state.lock().unwrap();
         ModelStats {
-            running: state.running,
+            running: state.running + state.answering,
             queued: state.queued(),
-            free_slots: self.settings.slots.saturating_sub(state.running),
+            free_slots: self
+                .settings
+                .slots
+                .saturating_sub(state.running + state.answering),
             adapters: vec![AdapterRows {
                 adapter: "base".into(),
-                rows: state.running,
+                rows: state.running + state.answering,
             }]
             .into(),
             details_json: RString::from(format!(

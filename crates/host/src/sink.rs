@@ -250,6 +250,29 @@ mod tests {
     }
 
     #[test]
+    fn the_reader_takes_what_waits_as_one_batch_in_order() {
+        let (sink, mut rx) = channel(SinkLimits::default());
+        for tokens in 1..=3 {
+            assert!(sink.send(Event::Started {
+                prompt_tokens: tokens
+            }));
+        }
+        let read = |rx: &mut EventReceiver| match rx.try_recv() {
+            Some(Event::Started { prompt_tokens }) => (prompt_tokens, rx.began_batch()),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(read(&mut rx), (1, true));
+        // Sent after the batch was taken: it waits for the next one.
+        assert!(sink.send(Event::Started { prompt_tokens: 4 }));
+        assert_eq!(read(&mut rx), (2, false));
+        assert_eq!(read(&mut rx), (3, false));
+        assert_eq!(read(&mut rx), (4, true));
+        assert!(rx.try_recv().is_none());
+        drop(sink);
+        assert!(rx.try_recv().is_none());
+    }
+
+    #[test]
     fn a_full_window_blocks_the_plugin_until_the_reader_reads_or_the_timeout() {
         let limits = SinkLimits {
             capacity: 2,
@@ -282,6 +305,9 @@ mod tests {
         let (sent, waited, sink) = sender.join().unwrap();
         assert!(sent);
         assert!(waited >= Duration::from_millis(80), "{waited:?}");
+        // The reader took both waiting events in one batch, so the window had room for two:
+        // the sender's, and one more now, which fills it again.
+        assert!(sink.send(started()));
 
         // A dropped receiver wakes a blocked sender at once, with false.
         let sender = std::thread::spawn(move || {

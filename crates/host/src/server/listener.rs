@@ -10,11 +10,12 @@
 //!   router sees the request; the router's extractors get `max_body_bytes` as their limit;
 //! - on the admin listener, the peer address as [`axum::extract::ConnectInfo`], for the admin
 //!   guard;
-//!
-//! These run in the connection's service function, not as router layers: a layer on the router
-//! is applied to every route, boxed, and cloned per request.
 //! - on stop, no new connections, and the open ones finish by the stop's deadline
 //!   (hyper-util's `GracefulShutdown`), after which they are dropped.
+//!
+//! The body limits and the peer address are applied in the connection's service function, not
+//! as router layers: a layer on the router wraps every route, and is boxed and cloned per
+//! request.
 //!
 //! The server speaks HTTP/1.1 only, as before (axum's `http2` feature was never enabled).
 
@@ -77,7 +78,7 @@ pub async fn serve(
     // The body is whole and within the limit before the router sees it; its extractors get
     // the same limit (their default is 2 MB).
     let app = DefaultBodyLimit::max(limits.max_body_bytes).layer(app);
-    let limits = Arc::new(limits.clone());
+    let limits = Arc::new(limits);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();

@@ -151,6 +151,13 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// How waiting for a starting server ended.
+enum Ready {
+    Yes,
+    Exited,
+    TimedOut,
+}
+
 /// A running `switchyard serve` process.
 pub struct Server {
     child: Option<Child>,
@@ -175,27 +182,10 @@ impl Server {
             config.replace("{dir}", &dir.path().display().to_string()),
         )
         .unwrap();
-        let (port, admin_port) = (free_port(), free_port());
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-        let child = Command::new(switchyard_bin())
-            .args(["serve", "--config"])
-            .arg(&config_path)
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--admin-listen",
-                &format!("127.0.0.1:{admin_port}"),
-            ])
-            .env("XDG_CACHE_HOME", dir.path().join("cache"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn switchyard");
-        let server = Self {
-            child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
-            admin: format!("http://127.0.0.1:{admin_port}"),
+        let mut server = Self {
+            child: None,
+            base: String::new(),
+            admin: String::new(),
             dir,
             config_path,
             http: reqwest::Client::builder()
@@ -203,23 +193,61 @@ impl Server {
                 .build()
                 .unwrap(),
         };
-        server.wait_ready().await;
-        server
+        // `free_port` hands out a port that is free now, and another test process may take it
+        // before this server binds it: then the server exits at once, and it starts again on
+        // other ports.
+        for _ in 0..5 {
+            server.spawn();
+            match server.wait_ready().await {
+                Ready::Yes => return server,
+                Ready::Exited if server.log().contains("Address already in use") => continue,
+                Ready::Exited | Ready::TimedOut => break,
+            }
+        }
+        panic!("server did not become ready; log:\n{}", server.log());
     }
 
-    async fn wait_ready(&self) {
+    /// Starts the process on two fresh ports.
+    fn spawn(&mut self) {
+        let (port, admin_port) = (free_port(), free_port());
+        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
+        let child = Command::new(switchyard_bin())
+            .args(["serve", "--config"])
+            .arg(&self.config_path)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin_port}"),
+            ])
+            .env("XDG_CACHE_HOME", self.dir.path().join("cache"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn switchyard");
+        self.child = Some(child);
+        self.base = format!("http://127.0.0.1:{port}");
+        self.admin = format!("http://127.0.0.1:{admin_port}");
+    }
+
+    async fn wait_ready(&mut self) -> Ready {
         // Generous: a Phi4MM instance on the IREE backend compiles its modules on a cold cache
         // (a minute or two on a loaded 2-core machine) before the server reports ready.
         let until = Instant::now() + Duration::from_secs(300);
         while Instant::now() < until {
             if let Ok(r) = self.http.get(format!("{}/ready", self.base)).send().await {
                 if r.status() == 200 {
-                    return;
+                    return Ready::Yes;
                 }
+            }
+            let child = self.child.as_mut().expect("spawned");
+            if child.try_wait().expect("the server's status").is_some() {
+                return Ready::Exited;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("server did not become ready; log:\n{}", self.log());
+        Ready::TimedOut
     }
 
     pub fn pid(&self) -> u32 {

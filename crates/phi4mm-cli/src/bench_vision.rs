@@ -133,7 +133,7 @@ fn iree_tower(ck: &Checkpoint, args: &IreeArgs) -> Result<(Tower, f64)> {
         .unwrap_or_else(ArtifactCache::default_dir);
     let cache = ArtifactCache::open(&dir)
         .with_context(|| format!("opening the artifact cache {}", dir.display()))?;
-    let compiler = IreeCompiler::new(s.compiler.as_deref(), &s.target_cpu)?;
+    let compiler = IreeCompiler::for_target(s.compiler.as_deref(), s.compile_target())?;
     let ctx = IreeContext::new(Arc::new(cache), compiler, &s.device)?;
     let t = Instant::now();
     let vision = IreeVision::load(ck, &ctx)?;

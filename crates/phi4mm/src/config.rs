@@ -38,7 +38,9 @@ pub enum ProducerKind {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IreeSettings {
-    /// HAL driver: `local-sync` (best on few cores), `local-task`, `cuda` where built.
+    /// HAL driver: `local-sync` (best on few cores), `local-task`, or `cuda` (a build with the
+    /// `cuda` feature, and an NVIDIA driver). The modules are compiled for the device's kind:
+    /// the local CPU (`target_cpu`) or CUDA (`cuda_target`).
     #[serde(default = "default_device")]
     pub device: String,
     /// Artifact cache directory; default `$XDG_CACHE_HOME/switchyard/iree` (else
@@ -49,6 +51,12 @@ pub struct IreeSettings {
     /// identity: a module built for `host` may not run on another CPU).
     #[serde(default = "default_target_cpu")]
     pub target_cpu: String,
+    /// NVPTX architecture the modules are compiled for on `device = "cuda"`. The default,
+    /// `sm_80`, runs on Ampere and every later GPU: IREE embeds PTX, which the driver compiles
+    /// for the GPU it finds. (The pinned compiler knows targets up to `sm_89`; it refuses
+    /// `sm_90`, so a Hopper GPU such as the H100 or H200 runs `sm_80` or `sm_89` modules.)
+    #[serde(default = "default_cuda_target")]
+    pub cuda_target: String,
     /// Positions per row (prompt + generated tokens) the decoder is compiled for.
     #[serde(default = "default_iree_context")]
     pub context: usize,
@@ -61,12 +69,25 @@ pub struct IreeSettings {
     pub compiler: Option<PathBuf>,
 }
 
+#[cfg(feature = "iree")]
+impl IreeSettings {
+    /// What the modules are compiled for on this device.
+    pub fn compile_target(&self) -> crate::iree::compiler::CompileTarget {
+        crate::iree::compiler::CompileTarget::for_device(
+            &self.device,
+            &self.target_cpu,
+            &self.cuda_target,
+        )
+    }
+}
+
 impl Default for IreeSettings {
     fn default() -> Self {
         IreeSettings {
             device: default_device(),
             cache_dir: None,
             target_cpu: default_target_cpu(),
+            cuda_target: default_cuda_target(),
             context: default_iree_context(),
             prefill_chunk: default_iree_prefill_chunk(),
             compiler: None,
@@ -79,6 +100,9 @@ fn default_device() -> String {
 }
 fn default_target_cpu() -> String {
     "host".into()
+}
+fn default_cuda_target() -> String {
+    "sm_80".into()
 }
 fn default_iree_context() -> usize {
     4096

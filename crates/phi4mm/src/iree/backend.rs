@@ -62,7 +62,8 @@ impl IreeBackend {
                 cause,
             })?
             .with_progress(super::progress::terminal());
-        let compiler = IreeCompiler::new(settings.compiler.as_deref(), &settings.target_cpu)?;
+        let compiler =
+            IreeCompiler::for_target(settings.compiler.as_deref(), settings.compile_target())?;
         let ctx = Arc::new(IreeContext::new(
             Arc::new(cache),
             compiler,

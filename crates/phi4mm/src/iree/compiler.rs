@@ -2,7 +2,8 @@
 //!
 //! eerie can load one compiler library per process, ever (IREE's global shutdown cannot be
 //! undone). The loaded library is therefore a process-wide handle ([`IreeCompiler::library`]);
-//! an [`IreeCompiler`] value is that handle plus a target setting, cheap to create in any number.
+//! an [`IreeCompiler`] value is that handle plus a target ([`CompileTarget`]: the local CPU, or
+//! CUDA), cheap to create in any number.
 
 use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIdentity};
 
@@ -42,11 +43,60 @@ fn locate(explicit: Option<&Path>) -> Option<PathBuf> {
         .or_else(|| std::env::var_os(COMPILER_ENV).map(PathBuf::from))
 }
 
-/// A compiler for one target: the process's compiler library plus the flags for a CPU.
+/// What the modules are compiled for: chosen by the device they will run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompileTarget {
+    /// The local llvm-cpu backend (devices `local-sync`, `local-task`) for an LLVM CPU name
+    /// (`host`, `generic`, `znver4`, ...).
+    LlvmCpu { cpu: String },
+    /// The CUDA backend (device `cuda`) for an NVPTX architecture (`sm_80`, ...).
+    Cuda { arch: String },
+}
+
+impl CompileTarget {
+    /// The target for `device`: `cuda` compiles for `cuda_arch`, every other device for the
+    /// local CPU `target_cpu`.
+    pub fn for_device(device: &str, target_cpu: &str, cuda_arch: &str) -> Self {
+        if device == "cuda" {
+            CompileTarget::Cuda {
+                arch: cuda_arch.to_owned(),
+            }
+        } else {
+            CompileTarget::LlvmCpu {
+                cpu: target_cpu.to_owned(),
+            }
+        }
+    }
+
+    fn flags(&self) -> Vec<String> {
+        match self {
+            CompileTarget::LlvmCpu { cpu } => vec![
+                "--iree-hal-target-device=local".into(),
+                "--iree-hal-local-target-device-backends=llvm-cpu".into(),
+                format!("--iree-llvmcpu-target-cpu={cpu}"),
+            ],
+            CompileTarget::Cuda { arch } => vec![
+                "--iree-hal-target-device=cuda".into(),
+                format!("--iree-cuda-target={arch}"),
+            ],
+        }
+    }
+
+    /// The target as the cache identity records it: the resolved CPU name (`host` means this
+    /// machine's CPU), or `cuda:<arch>`.
+    fn identity(&self) -> String {
+        match self {
+            CompileTarget::LlvmCpu { cpu } => resolve_target_cpu(cpu),
+            CompileTarget::Cuda { arch } => format!("cuda:{arch}"),
+        }
+    }
+}
+
+/// A compiler for one target: the process's compiler library plus the target's flags.
 #[derive(Debug, Clone)]
 pub struct IreeCompiler {
     library: &'static CompilerLibrary,
-    target_cpu: String,
+    target: CompileTarget,
     flags: Vec<String>,
 }
 
@@ -94,16 +144,24 @@ impl IreeCompiler {
     /// A compiler for the local llvm-cpu backend and `target_cpu` (`host`, `generic`, or an
     /// LLVM CPU name such as `znver4`).
     pub fn new(library: Option<&Path>, target_cpu: &str) -> Result<Self> {
+        let target = CompileTarget::LlvmCpu {
+            cpu: target_cpu.to_owned(),
+        };
+        Self::for_target(library, target)
+    }
+
+    /// A compiler for `target`.
+    pub fn for_target(library: Option<&Path>, target: CompileTarget) -> Result<Self> {
         let library = Self::library(library)?;
         Ok(IreeCompiler {
             library,
-            target_cpu: target_cpu.to_owned(),
-            flags: vec![
-                "--iree-hal-target-device=local".into(),
-                "--iree-hal-local-target-device-backends=llvm-cpu".into(),
-                format!("--iree-llvmcpu-target-cpu={target_cpu}"),
-            ],
+            flags: target.flags(),
+            target,
         })
+    }
+
+    pub fn target(&self) -> &CompileTarget {
+        &self.target
     }
 
     /// The same compiler with `extra` flags appended (they are part of the cache identity).
@@ -127,7 +185,7 @@ impl IreeCompiler {
             library_sha256: cache.file_sha256(&self.library.path)?,
             version: self.library.version.clone(),
             flags: self.flags.clone(),
-            target_cpu: resolve_target_cpu(&self.target_cpu),
+            target_cpu: self.target.identity(),
         })
     }
 

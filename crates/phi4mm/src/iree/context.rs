@@ -9,7 +9,7 @@ use eerie::runtime::{DeviceSpec, Runtime};
 
 use artifact_cache::{ArtifactCache, CompilerIdentity, ModuleRequest};
 
-use super::compiler::IreeCompiler;
+use super::compiler::{CompileTarget, IreeCompiler};
 use super::error::{IreeError, Result};
 use super::weights::Weights;
 
@@ -33,7 +33,18 @@ pub struct ModuleTiming {
 
 impl IreeContext {
     /// Hashes the compiler library once (memoized in the cache directory) for every module.
+    /// The compiler's target must be the device's kind ([`CompileTarget::for_device`]).
     pub fn new(cache: Arc<ArtifactCache>, compiler: IreeCompiler, device: &str) -> Result<Self> {
+        let for_cuda = matches!(compiler.target(), CompileTarget::Cuda { .. });
+        if for_cuda != (device == "cuda") {
+            return Err(IreeError::Device {
+                device: device.to_string(),
+                message: format!(
+                    "the modules are compiled for {:?}, which this device cannot run",
+                    compiler.target()
+                ),
+            });
+        }
         let identity = compiler.identity(&cache)?;
         Ok(IreeContext {
             cache,
@@ -92,7 +103,22 @@ impl IreeContext {
     pub fn runtime(device: &str) -> Result<Runtime> {
         Runtime::new(DeviceSpec::custom(device.to_string())).map_err(|e| IreeError::Device {
             device: device.to_string(),
-            message: e.to_string(),
+            message: format!("{e}{}", device_hint(device)),
         })
+    }
+}
+
+/// What an operator can do about a device that could not be created.
+fn device_hint(device: &str) -> &'static str {
+    match device {
+        "cuda" if cfg!(feature = "cuda") => {
+            " (the CUDA driver needs the NVIDIA driver's libcuda.so.1 and a visible GPU; \
+             `nvidia-smi` shows both)"
+        }
+        "cuda" => " (this build has no CUDA driver: build the plugin with the `cuda` feature)",
+        "local-sync" | "local-task" => "",
+        _ => {
+            " (devices: `local-sync`, `local-task`, and `cuda` in a build with the `cuda` feature)"
+        }
     }
 }

@@ -69,12 +69,6 @@ impl IntoResponse for Served {
     }
 }
 
-impl IntoResponse for Refused {
-    fn into_response(self) -> Response {
-        self.error.into_response()
-    }
-}
-
 /// The response to a request to `endpoint` (its name in the metrics), with a refusal counted.
 pub fn respond(
     metrics: &Metrics,

@@ -171,22 +171,27 @@ fn best_s(reps: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Floating-point operations of one prefill of `tokens` tokens: the layers' linears on every
-/// token, causal attention (scores and weighted values, both halves of the triangle's work), and
-/// the LM head on the last token.
+/// Floating-point operations of one prefill of `tokens` tokens, as the host does them: the
+/// layers' linears on every token, causal attention (scores and weighted values, both halves of
+/// the triangle's work), and the LM head on the last token. Only the last token feeds the head,
+/// so the last layer projects every token's keys and values but attends, projects and runs its
+/// MLP for the last token alone.
 fn prefill_flops(
     ck: &Checkpoint,
     c: &switchyard_phi4mm::checkpoint::TextConfig,
     tokens: usize,
 ) -> f64 {
-    let linear_params: usize = layer_linears(ck, c.num_layers)
-        .iter()
-        .map(|m| m.out_dim * m.in_dim)
-        .sum();
-    let positions: usize = (1..=tokens).sum();
-    let attention = 4 * c.num_layers * c.num_heads * c.head_dim * positions;
+    let params = |m: &Matrix<'_>| m.out_dim * m.in_dim;
+    let linears = layer_linears(ck, c.num_layers);
+    let all_tokens: usize = linears.iter().map(params).sum();
+    // The last layer's linears past its qkv projection (`layer_linears` order).
+    let last_token_only: usize = linears.iter().rev().take(3).map(params).sum();
+    let linear_macs = all_tokens * tokens - last_token_only * tokens.saturating_sub(1);
+    let triangle: usize = (1..=tokens).sum();
+    let positions = c.num_layers.saturating_sub(1) * triangle + tokens;
+    let attention = 4 * c.num_heads * c.head_dim * positions;
     let head = c.hidden_size * c.vocab_size;
-    2.0 * (linear_params * tokens + head) as f64 + attention as f64
+    2.0 * (linear_macs + head) as f64 + attention as f64
 }
 
 /// The decoder's linear weights one decode step reads, per layer, in the model's order.

@@ -24,6 +24,25 @@ pub(super) struct RowSpan {
     pub rotation: RopeTable,
 }
 
+/// Which of a row's new tokens a step needs the attention output of. Every token's keys and
+/// values reach the cache either way.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Queries {
+    Every,
+    /// Only each row's last token: what the last layer computes, since only the last token
+    /// feeds the LM head.
+    LastOfRow,
+}
+
+impl Queries {
+    fn of(self, tokens: usize) -> usize {
+        match self {
+            Queries::Every => tokens,
+            Queries::LastOfRow => 1,
+        }
+    }
+}
+
 pub(super) struct Attention {
     qkv: LoraLinear,
     o: LoraLinear,
@@ -45,31 +64,46 @@ impl Attention {
 
     /// `o(attention(qkv(x)))` for the normed hidden states `x` of every row's new tokens,
     /// `[tokens, hidden]`; appends each row's new keys and values to its cache (`caches[r]`).
+    /// Returns the outputs of the tokens `queries` names, whose adapters are `out_adapters`.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         x: &[f32],
         adapters: &[AdapterMode],
+        out_adapters: &[AdapterMode],
         rows: &[RowSpan],
         caches: &mut [&mut LayerKv],
         rope: &Rope,
+        queries: Queries,
     ) -> Vec<f32> {
         let qkv = self.qkv.forward(x, adapters);
         let width = (self.heads + 2 * self.kv_heads) * self.head_dim;
-        let mut out = Vec::with_capacity(adapters.len() * self.heads * self.head_dim);
+        let mut out = Vec::with_capacity(out_adapters.len() * self.heads * self.head_dim);
         let mut t0 = 0;
         for (row, kv) in rows.iter().zip(caches.iter_mut()) {
             let row_qkv = &qkv[t0 * width..(t0 + row.tokens) * width];
-            out.extend(self.attend_row(row_qkv, row, kv, rope));
+            out.extend(self.attend_row(row_qkv, row, kv, rope, queries.of(row.tokens)));
             t0 += row.tokens;
         }
-        self.o.forward(&out, adapters)
+        self.o.forward(&out, out_adapters)
     }
 
     /// Causal attention of one row's new tokens (`qkv`, `[n, (heads + 2·kv_heads)·head_dim]`)
-    /// against its cache, which this appends to; returns `[n, heads·head_dim]`.
-    fn attend_row(&self, qkv: &[f32], row: &RowSpan, kv: &mut LayerKv, rope: &Rope) -> Vec<f32> {
+    /// against its cache, which this appends to; returns the outputs of the last `queries` of
+    /// them, `[queries, heads·head_dim]`.
+    fn attend_row(
+        &self,
+        qkv: &[f32],
+        row: &RowSpan,
+        kv: &mut LayerKv,
+        rope: &Rope,
+        queries: usize,
+    ) -> Vec<f32> {
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let (n, pos0) = (row.tokens, row.pos0);
+        let n = row.tokens;
+        // The first query's position; the tokens before it only add keys and values.
+        let skipped = n - queries;
+        let pos0 = row.pos0 + skipped;
         let qw = nh * hd;
         let kw = nkv * hd;
         let scale = 1.0 / (hd as f32).sqrt();
@@ -87,6 +121,8 @@ impl Attention {
         rope.rotate(&mut k, nkv, &row.rotation);
         kv.append(&k, &v);
         let (kc, vc) = (&kv.k, &kv.v);
+        let q = &q[skipped * qw..];
+        let n = queries;
 
         // Heads in parallel; each writes its own column slice of the row's output.
         let head_outs: Vec<Vec<f32>> = (0..nh)

@@ -13,7 +13,7 @@ use crate::kernels::ops::{add_in_place, rms_norm, silu_gated};
 use crate::step::StepRow;
 use rayon::prelude::*;
 
-use super::attention::{Attention, RowSpan};
+use super::attention::{Attention, Queries, RowSpan};
 use super::kv_cache::{LayerKv, SequenceState};
 use super::lora::LoraLinear;
 use super::rope::{Rope, RopePlan};
@@ -87,23 +87,61 @@ impl DecoderLayer {
     }
 
     /// `x` is `[tokens, hidden]` over every row's new tokens; `caches[r]` is row `r`'s KV cache
-    /// of this layer.
-    fn forward(&self, x: &mut [f32], batch: &Batch, caches: &mut [&mut LayerKv], rope: &Rope) {
+    /// of this layer. With [`Queries::LastOfRow`], every token still adds its keys and values,
+    /// and `x` leaves as `[rows, hidden]`: each row's last token only.
+    fn forward(
+        &self,
+        x: &mut Vec<f32>,
+        batch: &Batch,
+        caches: &mut [&mut LayerKv],
+        rope: &Rope,
+        queries: Queries,
+    ) {
         let h = self.input_norm.forward(x);
-        let a = self
-            .attn
-            .forward(&h, &batch.adapters, &batch.rows, caches, rope);
+        let out_adapters = match queries {
+            Queries::Every => &batch.adapters,
+            Queries::LastOfRow => &batch.last_adapters,
+        };
+        let a = self.attn.forward(
+            &h,
+            &batch.adapters,
+            out_adapters,
+            &batch.rows,
+            caches,
+            rope,
+            queries,
+        );
+        if queries == Queries::LastOfRow {
+            *x = batch.last_tokens(x);
+        }
         add_in_place(x, &a);
         let h = self.post_norm.forward(x);
-        let m = self.mlp.forward(&h, &batch.adapters);
+        let m = self.mlp.forward(&h, out_adapters);
         add_in_place(x, &m);
     }
 }
 
-/// The tokens of one step: each token's adapter (its row's) and each row's span.
+/// The tokens of one step: each token's adapter (its row's), each row's span, and the adapter of
+/// each row's last token.
 struct Batch {
     adapters: Vec<AdapterMode>,
+    last_adapters: Vec<AdapterMode>,
     rows: Vec<RowSpan>,
+    hidden: usize,
+}
+
+impl Batch {
+    /// Each row's last token of `x`, `[tokens, hidden]` → `[rows, hidden]`.
+    fn last_tokens(&self, x: &[f32]) -> Vec<f32> {
+        let h = self.hidden;
+        let mut last = Vec::with_capacity(self.rows.len() * h);
+        let mut end = 0;
+        for span in &self.rows {
+            end += span.tokens;
+            last.extend_from_slice(&x[(end - 1) * h..end * h]);
+        }
+        last
+    }
 }
 
 pub struct Decoder {
@@ -175,7 +213,9 @@ impl Decoder {
         let mut x = Vec::new();
         let mut batch = Batch {
             adapters: Vec::new(),
+            last_adapters: Vec::with_capacity(rows.len()),
             rows: Vec::with_capacity(rows.len()),
+            hidden: h,
         };
         for row in rows.iter_mut() {
             let n = row.tokens(h);
@@ -190,6 +230,7 @@ impl Decoder {
             batch
                 .adapters
                 .extend(std::iter::repeat_n(row.adapter, tokens));
+            batch.last_adapters.push(row.adapter);
             batch.rows.push(RowSpan {
                 tokens,
                 pos0: st.rope.len,
@@ -197,23 +238,26 @@ impl Decoder {
             });
         }
 
+        // Only each row's last token feeds the head, so the last layer computes the rest of the
+        // tokens' keys and values and nothing more: a prefill skips most of one layer's work.
+        let last_layer = self.layers.len().saturating_sub(1);
         for (li, layer) in self.layers.iter().enumerate() {
             let mut caches: Vec<&mut LayerKv> =
                 rows.iter_mut().map(|r| &mut r.state.layers[li]).collect();
-            layer.forward(&mut x, &batch, &mut caches, &self.rope);
+            let queries = if li == last_layer {
+                Queries::LastOfRow
+            } else {
+                Queries::Every
+            };
+            layer.forward(&mut x, &batch, &mut caches, &self.rope, queries);
         }
         for (row, span) in rows.iter_mut().zip(&batch.rows) {
             row.state.rope.len += span.tokens;
         }
-
-        // Only each row's last token feeds the head.
-        let mut last = Vec::with_capacity(rows.len() * h);
-        let mut end = 0;
-        for span in &batch.rows {
-            end += span.tokens;
-            last.extend_from_slice(&x[(end - 1) * h..end * h]);
+        if self.layers.is_empty() {
+            x = batch.last_tokens(&x);
         }
-        self.norm.forward(&last)
+        self.norm.forward(&x)
     }
 
     /// LM head over final-normed hidden states `[rows, hidden]`.

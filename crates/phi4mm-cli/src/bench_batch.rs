@@ -244,7 +244,9 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     let mut encoders = json!({
         "audio_frames": audio.frames, "image_crops": image.crops,
         "audio_hidden": model.config.audio.hidden_size,
+        "audio_blocks": model.config.audio.num_blocks,
         "vision_hidden": model.config.vision.hidden_size,
+        "vision_layers_run": model.config.vision.layers_used(),
     });
     if args.backend != Which::Iree {
         encoders["host_audio_30s_ms"] = json!(best_ms(args.rounds, || {
@@ -289,11 +291,26 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
                 "prefill": iree_best.prefill_tok_s / host_best.prefill_tok_s,
                 "decode_batch1": iree_best.b1 / host_best.b1,
                 "decode_batch8": iree_best.b8 / host_best.b8,
+                // Speed, as the rates above: above 1 when IREE takes less time.
+                "audio_30s": ratio(&report["encoders"], "host_audio_30s_ms", "iree_audio_30s_ms"),
+                "vision_1344x896": ratio(
+                    &report["encoders"],
+                    "host_vision_1344x896_ms",
+                    "iree_vision_1344x896_ms",
+                ),
             });
         }
     }
     println!("{report}");
     Ok(())
+}
+
+/// `e[numerator] / e[denominator]`, or null where either is missing.
+fn ratio(e: &serde_json::Value, numerator: &str, denominator: &str) -> serde_json::Value {
+    match (e[numerator].as_f64(), e[denominator].as_f64()) {
+        (Some(a), Some(b)) => json!(a / b),
+        _ => serde_json::Value::Null,
+    }
 }
 
 #[cfg(feature = "iree")]

@@ -30,6 +30,12 @@ pub struct BenchCheckpointArgs {
     /// the preset's tower.
     #[arg(long)]
     vision_layers: Option<usize>,
+    /// Give the checkpoint a real-dimension Conformer audio encoder (hidden 1024, feed-forward
+    /// 1536, 16 heads, 1024 subsampling channels, relative bias over 500 positions) with this many
+    /// blocks, for `bench-batch`'s encoder figures: the real encoder's per-block cost without its
+    /// 24 blocks' run time. Default: the preset's encoder.
+    #[arg(long)]
+    audio_blocks: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -225,6 +231,11 @@ pub fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
         v["num_attention_heads"] = json!(16);
         // The feature layer is the second to last: at least two layers so that one runs.
         v["num_hidden_layers"] = json!(layers.max(2));
+    }
+    if let Some(blocks) = args.audio_blocks {
+        let mut audio = phi4mm_config()["audio_config"].take();
+        audio["num_blocks"] = json!(blocks.max(1));
+        cfg["audio_config"] = audio;
     }
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
     std::fs::write(

@@ -8,7 +8,7 @@ use crate::adapter::AudioBranch;
 use crate::checkpoint::{AudioConfig, Checkpoint};
 use crate::model::AudioEncoding;
 
-use super::context::IreeContext;
+use super::context::{IreeContext, Rows};
 use super::emit::audio::{emit, window_buckets, SUB_ROWS};
 use super::error::{IreeError, IreeResult, Result};
 use super::worker::Worker;
@@ -69,7 +69,13 @@ impl IreeAudio {
             c.max_seq_len_window,
             ck.config.text.hidden_size,
         );
-        let bytes = ctx.module_bytes("audio", &identity, &module.mlir, &module.weights)?;
+        let bytes = ctx.module_bytes(
+            Rows::Many,
+            "audio",
+            &identity,
+            &module.mlir,
+            &module.weights,
+        )?;
         let weights = module.weights.clone();
         let device = ctx.device.clone();
         let names = buckets.clone();

@@ -17,9 +17,20 @@ pub struct IreeContext {
     pub cache: Arc<ArtifactCache>,
     pub compiler: IreeCompiler,
     identity: CompilerIdentity,
+    /// The compiler of [`Rows::Many`] modules ([`IreeCompiler::for_many_rows`]) and its identity.
+    many_rows: (IreeCompiler, CompilerIdentity),
     /// HAL driver: `local-sync` (default), `local-task`, `cuda` where built.
     pub device: String,
     modules: Mutex<Vec<ModuleTiming>>,
+}
+
+/// How many rows a module's matrix products see per call, which decides how it is compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// A decode step's handful (the decoder).
+    Few,
+    /// Hundreds to thousands (the audio and vision encoders).
+    Many,
 }
 
 /// How one module was obtained: compiled now (cold) or loaded and verified from the cache.
@@ -46,18 +57,22 @@ impl IreeContext {
             });
         }
         let identity = compiler.identity(&cache)?;
+        let many = compiler.for_many_rows();
+        let many_identity = many.identity(&cache)?;
         Ok(IreeContext {
             cache,
             compiler,
             identity,
+            many_rows: (many, many_identity),
             device: device.to_string(),
             modules: Mutex::new(Vec::new()),
         })
     }
 
-    /// The compiled module for `entry`, from the cache or compiled now.
+    /// The compiled module for `entry`, from the cache or compiled now, compiled as `rows` says.
     pub fn module_bytes(
         &self,
+        rows: Rows,
         entry: &str,
         config_identity: &str,
         mlir: &str,
@@ -69,11 +84,15 @@ impl IreeContext {
             mlir,
             weights: &weights.specs,
         };
+        let (compiler, identity) = match rows {
+            Rows::Few => (&self.compiler, &self.identity),
+            Rows::Many => (&self.many_rows.0, &self.many_rows.1),
+        };
         let t = Instant::now();
         let loaded = self
             .cache
-            .load_or_compile(&req, &self.identity, |src| {
-                self.compiler.compile(src).map_err(|e| e.to_string())
+            .load_or_compile(&req, identity, |src| {
+                compiler.compile(src).map_err(|e| e.to_string())
             })
             .map_err(|cause| IreeError::Module {
                 entry: entry.to_string(),

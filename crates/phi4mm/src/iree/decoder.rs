@@ -18,7 +18,7 @@ use crate::model::decoder::embed_tokens;
 use crate::model::rope::{Rope, RopeState};
 use crate::step::{StepBackend, StepRow};
 
-use super::context::IreeContext;
+use super::context::{IreeContext, Rows};
 use super::emit::decoder::{emit, DecoderShape};
 use super::error::{IreeResult, Result};
 use super::worker::Worker;
@@ -145,7 +145,13 @@ impl IreeDecoder {
             c.vocab_size,
             DECODE_BATCHES
         );
-        let bytes = ctx.module_bytes("decoder", &identity, &module.mlir, &module.weights)?;
+        let bytes = ctx.module_bytes(
+            Rows::Few,
+            "decoder",
+            &identity,
+            &module.mlir,
+            &module.weights,
+        )?;
         let weights = module.weights.clone();
         let device = ctx.device.clone();
         let cache_shape = [c.num_layers, capacity, c.num_kv_heads * c.head_dim];

@@ -109,6 +109,14 @@ fn arr(xs: &[usize]) -> String {
     }
 }
 
+/// Where a convolution's activations keep their channels (see [`Func::conv`] and
+/// [`Func::conv_channels_last`]).
+#[derive(Clone, Copy)]
+enum ConvLayout {
+    ChannelsFirst,
+    ChannelsLast,
+}
+
 /// Elementwise binary ops.
 #[derive(Clone, Copy)]
 pub enum BinaryOp {
@@ -391,6 +399,27 @@ impl Func {
             &ops,
             &format!("slice_sizes = {}", arr(sizes)),
             TensorType::new(sizes, x.ty.dtype),
+        )
+    }
+
+    /// `table[idx, :]` for a 2-D `table` and an i32 index tensor of any shape → `[idx…, k]`: one
+    /// gathered row per index, exact, and nothing the size of a one-hot of the indices.
+    pub fn take_rows(&mut self, table: &Value, idx: &Value) -> Value {
+        let r = idx.ty.rank();
+        let k = table.dim(1);
+        let mut with_vector = idx.shape().to_vec();
+        with_vector.push(1);
+        let idx = self.reshape(idx, &with_vector);
+        let mut out = with_vector[..r].to_vec();
+        out.push(k);
+        let attrs = format!(
+            "dimension_numbers = #stablehlo.gather<offset_dims = [{r}], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = {r}>, indices_are_sorted = false, slice_sizes = array<i64: 1, {k}>"
+        );
+        self.op(
+            "gather",
+            &[table, &idx],
+            &attrs,
+            TensorType::new(&out, table.ty.dtype),
         )
     }
 
@@ -677,20 +706,60 @@ impl Func {
         padding: &[(usize, usize)],
         groups: usize,
     ) -> Value {
+        self.convolution(ConvLayout::ChannelsFirst, x, w, strides, padding, groups)
+    }
+
+    /// As [`Func::conv`] with the input and output channels last (`[batch, spatial…, feature]`;
+    /// the weights as PyTorch stores them), so that a pointwise convolution that follows is a
+    /// plain matrix product over rows of contiguous channels.
+    pub fn conv_channels_last(
+        &mut self,
+        x: &Value,
+        w: &Value,
+        strides: &[usize],
+        padding: &[(usize, usize)],
+        groups: usize,
+    ) -> Value {
+        self.convolution(ConvLayout::ChannelsLast, x, w, strides, padding, groups)
+    }
+
+    fn convolution(
+        &mut self,
+        layout: ConvLayout,
+        x: &Value,
+        w: &Value,
+        strides: &[usize],
+        padding: &[(usize, usize)],
+        groups: usize,
+    ) -> Value {
         let sp = strides.len();
         assert_eq!(x.ty.rank(), sp + 2, "conv input rank");
         assert_eq!(w.ty.rank(), sp + 2, "conv weight rank");
-        assert_eq!(x.dim(1), w.dim(1) * groups, "conv channels");
-        let mut shape = vec![x.dim(0), w.dim(0)];
+        let (channel, first_spatial) = match layout {
+            ConvLayout::ChannelsFirst => (1, 2),
+            ConvLayout::ChannelsLast => (sp + 1, 1),
+        };
+        assert_eq!(x.dim(channel), w.dim(1) * groups, "conv channels");
+        let mut spatial_out = Vec::with_capacity(sp);
         for i in 0..sp {
-            let n = x.dim(2 + i) + padding[i].0 + padding[i].1;
-            shape.push((n - w.dim(2 + i)) / strides[i] + 1);
+            let n = x.dim(first_spatial + i) + padding[i].0 + padding[i].1;
+            spatial_out.push((n - w.dim(2 + i)) / strides[i] + 1);
         }
         let spatial: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
         let s = spatial.join(", ");
+        let (activations, shape) = match layout {
+            ConvLayout::ChannelsFirst => (
+                format!("[b, f, {s}]"),
+                [&[x.dim(0), w.dim(0)][..], &spatial_out].concat(),
+            ),
+            ConvLayout::ChannelsLast => (
+                format!("[b, {s}, f]"),
+                [&[x.dim(0)][..], &spatial_out, &[w.dim(0)]].concat(),
+            ),
+        };
         let pad: Vec<String> = padding.iter().map(|(a, b)| format!("[{a}, {b}]")).collect();
         let attrs = format!(
-            "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, {s}]x[o, i, {s}]->[b, f, {s}]>, feature_group_count = {groups} : i64, padding = dense<[{}]> : tensor<{sp}x2xi64>, window_strides = {}",
+            "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<{activations}x[o, i, {s}]->{activations}>, feature_group_count = {groups} : i64, padding = dense<[{}]> : tensor<{sp}x2xi64>, window_strides = {}",
             pad.join(", "),
             arr(strides)
         );

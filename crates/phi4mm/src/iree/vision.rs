@@ -9,7 +9,7 @@ use crate::checkpoint::{Checkpoint, VisionConfig};
 use crate::model::vision::{position_ids, HdLayout};
 use crate::model::{ImageEncoding, ImageInput};
 
-use super::context::IreeContext;
+use super::context::{IreeContext, Rows};
 use super::emit::vision::{emit, PROJECT_ROWS};
 use super::error::{IreeResult, Result};
 use super::worker::Worker;
@@ -50,7 +50,13 @@ impl IreeVision {
             c.patch_size,
             c.layer_norm_eps,
         );
-        let bytes = ctx.module_bytes("vision", &identity, &module.mlir, &module.weights)?;
+        let bytes = ctx.module_bytes(
+            Rows::Many,
+            "vision",
+            &identity,
+            &module.mlir,
+            &module.weights,
+        )?;
         let weights = module.weights.clone();
         let device = ctx.device.clone();
         let worker = Worker::spawn("phi4mm-iree-vision", move || -> Result<VisionRt> {

@@ -109,14 +109,6 @@ fn arr(xs: &[usize]) -> String {
     }
 }
 
-/// Where a convolution's activations keep their channels (see [`Func::conv`] and
-/// [`Func::conv_channels_last`]).
-#[derive(Clone, Copy)]
-enum ConvLayout {
-    ChannelsFirst,
-    ChannelsLast,
-}
-
 /// Elementwise binary ops.
 #[derive(Clone, Copy)]
 pub enum BinaryOp {
@@ -696,36 +688,11 @@ impl Func {
         self.scale(&y, 0.5)
     }
 
-    /// Convolution in NCH\[W\] layout (`[batch, feature, spatial…]`, weights `[out, in/groups,
-    /// spatial…]`), as PyTorch's conv1d/conv2d.
+    /// Convolution with the channels last (`[batch, spatial…, feature]`; weights as PyTorch
+    /// stores them, `[out, in/groups, spatial…]`), so that a pointwise convolution that follows
+    /// is a plain matrix product over rows of contiguous channels.
     pub fn conv(
         &mut self,
-        x: &Value,
-        w: &Value,
-        strides: &[usize],
-        padding: &[(usize, usize)],
-        groups: usize,
-    ) -> Value {
-        self.convolution(ConvLayout::ChannelsFirst, x, w, strides, padding, groups)
-    }
-
-    /// As [`Func::conv`] with the input and output channels last (`[batch, spatial…, feature]`;
-    /// the weights as PyTorch stores them), so that a pointwise convolution that follows is a
-    /// plain matrix product over rows of contiguous channels.
-    pub fn conv_channels_last(
-        &mut self,
-        x: &Value,
-        w: &Value,
-        strides: &[usize],
-        padding: &[(usize, usize)],
-        groups: usize,
-    ) -> Value {
-        self.convolution(ConvLayout::ChannelsLast, x, w, strides, padding, groups)
-    }
-
-    fn convolution(
-        &mut self,
-        layout: ConvLayout,
         x: &Value,
         w: &Value,
         strides: &[usize],
@@ -735,31 +702,18 @@ impl Func {
         let sp = strides.len();
         assert_eq!(x.ty.rank(), sp + 2, "conv input rank");
         assert_eq!(w.ty.rank(), sp + 2, "conv weight rank");
-        let (channel, first_spatial) = match layout {
-            ConvLayout::ChannelsFirst => (1, 2),
-            ConvLayout::ChannelsLast => (sp + 1, 1),
-        };
-        assert_eq!(x.dim(channel), w.dim(1) * groups, "conv channels");
-        let mut spatial_out = Vec::with_capacity(sp);
+        assert_eq!(x.dim(sp + 1), w.dim(1) * groups, "conv channels");
+        let mut shape = vec![x.dim(0)];
         for i in 0..sp {
-            let n = x.dim(first_spatial + i) + padding[i].0 + padding[i].1;
-            spatial_out.push((n - w.dim(2 + i)) / strides[i] + 1);
+            let n = x.dim(1 + i) + padding[i].0 + padding[i].1;
+            shape.push((n - w.dim(2 + i)) / strides[i] + 1);
         }
+        shape.push(w.dim(0));
         let spatial: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
         let s = spatial.join(", ");
-        let (activations, shape) = match layout {
-            ConvLayout::ChannelsFirst => (
-                format!("[b, f, {s}]"),
-                [&[x.dim(0), w.dim(0)][..], &spatial_out].concat(),
-            ),
-            ConvLayout::ChannelsLast => (
-                format!("[b, {s}, f]"),
-                [&[x.dim(0)][..], &spatial_out, &[w.dim(0)]].concat(),
-            ),
-        };
         let pad: Vec<String> = padding.iter().map(|(a, b)| format!("[{a}, {b}]")).collect();
         let attrs = format!(
-            "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<{activations}x[o, i, {s}]->{activations}>, feature_group_count = {groups} : i64, padding = dense<[{}]> : tensor<{sp}x2xi64>, window_strides = {}",
+            "batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, {s}, f]x[o, i, {s}]->[b, {s}, f]>, feature_group_count = {groups} : i64, padding = dense<[{}]> : tensor<{sp}x2xi64>, window_strides = {}",
             pad.join(", "),
             arr(strides)
         );

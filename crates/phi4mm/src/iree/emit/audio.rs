@@ -273,13 +273,13 @@ fn emit_subsample(ck: &Checkpoint, w: &mut Weights) -> Func {
     // plain matrix product of `[t·freq, channel]` rows, with no transposes around it. (Alone this
     // measured no faster; the data-tiled compile of `Rows::Many` is what sped the module up.)
     let x = f.reshape(&x, &[1, n, fin, 1]);
-    let y = f.conv_channels_last(&x, &aw.conv0.w, &[2, 2], &[(1, 1), (1, 1)], 1);
+    let y = f.conv(&x, &aw.conv0.w, &[2, 2], &[(1, 1), (1, 1)], 1);
     let y = add_channel_bias(&mut f, &y, &aw.conv0.b, 3);
     let y = relu(&mut f, &y);
     let mut x = mask_range(&mut f, &y, 1, &lo[1], &hi[1]);
     for (s, (dw, pw)) in aw.stages.iter().enumerate() {
         let ch = x.dim(3);
-        let y = f.conv_channels_last(&x, &dw.w, &[2, 2], &[(1, 1), (1, 1)], ch);
+        let y = f.conv(&x, &dw.w, &[2, 2], &[(1, 1), (1, 1)], ch);
         let y = add_channel_bias(&mut f, &y, &dw.b, 3);
         let (t, fr) = (y.dim(1), y.dim(2));
         let rows = f.reshape(&y, &[t * fr, ch]);
@@ -380,7 +380,7 @@ fn block(
     let ks = c.kernel_size;
     // Channels last, `[1, t, d]`: the rows as they are, no transposes.
     let gt = f.reshape(&glu, &[1, t, d]);
-    let dw = f.conv_channels_last(&gt, &b.dw_w, &[1], &[(ks - 1, 0)], d);
+    let dw = f.conv(&gt, &b.dw_w, &[1], &[(ks - 1, 0)], d);
     let dw = add_channel_bias(f, &dw, &b.dw_b, 2);
     let dw = f.reshape(&dw, &[t, d]);
     let p = linear(f, &dw, &b.pw);

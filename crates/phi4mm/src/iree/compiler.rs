@@ -8,6 +8,7 @@
 use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIdentity};
 
 use super::error::{IreeError, Result};
+use sha2::Digest as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -210,7 +211,18 @@ impl IreeCompiler {
     /// (const-eval's JIT looking up the host target while the other registered it), so the
     /// compiler's first use is not thread-safe in this build. Compiles are CPU-bound on every
     /// core anyway.
+    ///
+    /// With `PHI4MM_IREE_DUMP_DIR` set, the MLIR text is also written there, named by its
+    /// sha256, so the emitted module can be inspected with `iree-compile --compile-to=flow`.
     pub fn compile(&self, mlir: &str) -> Result<Vec<u8>> {
+        if let Some(dir) = std::env::var_os("PHI4MM_IREE_DUMP_DIR") {
+            let name = format!("{:x}.mlir", sha2::Sha256::digest(mlir.as_bytes()));
+            let written = std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(std::path::Path::new(&dir).join(name), mlir));
+            if let Err(e) = written {
+                eprintln!("PHI4MM_IREE_DUMP_DIR: the MLIR was not written: {e}");
+            }
+        }
         static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         self.library

@@ -606,7 +606,15 @@ impl Func {
         let k = x.dim(r - 1);
         let rows: usize = lead.iter().product();
         let x2 = self.reshape(x, &[rows, k]);
-        let y = self.dot_general(&x2, w, (&[], &[]), (&[1], &[1]));
+        // One row as `w · x` (a matrix-vector product that reads `w` as stored). Written as
+        // `x · wᵀ`, IREE lowers it to a vector-matrix product over a transposed copy of `w`,
+        // made on every call: each decode step copied every weight once.
+        let y = if rows == 1 {
+            let y = self.dot_general(w, &x2, (&[], &[]), (&[1], &[1]));
+            self.reshape(&y, &[1, w.dim(0)])
+        } else {
+            self.dot_general(&x2, w, (&[], &[]), (&[1], &[1]))
+        };
         let mut shape = lead;
         shape.push(w.dim(0));
         self.reshape(&y, &shape)

@@ -176,7 +176,7 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend 
         .find(|i| i.to_string().contains("\"iree\""))
         .unwrap_or_else(|| panic!("no iree instance in {status}"))
         .to_string();
-    for needle in ["backend", "iree-cache", "entries", "local-sync"] {
+    for needle in ["backend", "iree-cache", "entries", "local-task"] {
         assert!(iree.contains(needle), "{needle} not in {iree}");
     }
 }

@@ -52,8 +52,8 @@ pub struct IreeArgs {
     /// Positions per row the IREE decoder is compiled for.
     #[arg(long, default_value_t = 4096)]
     pub iree_context: usize,
-    /// IREE HAL driver.
-    #[arg(long, default_value = "local-sync")]
+    /// IREE HAL driver: `local-task` (every core), `local-sync` (one thread), `cuda`.
+    #[arg(long, default_value = "local-task")]
     pub iree_device: String,
 }
 

@@ -38,8 +38,9 @@ pub enum ProducerKind {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IreeSettings {
-    /// HAL driver: `local-sync` (best on few cores), `local-task`, or `cuda` (a build with the
-    /// `cuda` feature, and an NVIDIA driver). The modules are compiled for the device's kind:
+    /// HAL driver: `local-task` (the CPU, every core; the default), `local-sync` (the CPU, one
+    /// thread: the calling one), or `cuda` (a build with the `cuda` feature, and an NVIDIA
+    /// driver). The modules are compiled for the device's kind:
     /// the local CPU (`target_cpu`) or CUDA (`cuda_target`).
     #[serde(default = "default_device")]
     pub device: String,
@@ -96,7 +97,7 @@ impl Default for IreeSettings {
 }
 
 fn default_device() -> String {
-    "local-sync".into()
+    "local-task".into()
 }
 fn default_target_cpu() -> String {
     "host".into()
@@ -246,7 +247,7 @@ mod tests {
         assert_eq!(s.backend, BackendKind::Iree);
         assert_eq!(
             (s.iree.context, s.iree.device.as_str()),
-            (8192, "local-sync")
+            (8192, "local-task")
         );
         assert!(toml_like(r#"{"checkpoint": "m", "iree": {"contxt": 1}}"#).is_err());
         let s: Phi4mmSettings =

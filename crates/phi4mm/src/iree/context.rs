@@ -19,7 +19,7 @@ pub struct IreeContext {
     identity: CompilerIdentity,
     /// The compiler of [`Rows::Many`] modules ([`IreeCompiler::for_many_rows`]) and its identity.
     many_rows: (IreeCompiler, CompilerIdentity),
-    /// HAL driver: `local-sync` (default), `local-task`, `cuda` where built.
+    /// HAL driver: `local-task` (default), `local-sync`, `cuda` where built.
     pub device: String,
     modules: Mutex<Vec<ModuleTiming>>,
 }

@@ -19,7 +19,7 @@ use crate::model::rope::{Rope, RopeState};
 use crate::step::{StepBackend, StepRow};
 
 use super::context::{IreeContext, Rows};
-use super::emit::decoder::{emit, DecoderShape};
+use super::emit::decoder::{cache_type, emit, DecoderShape};
 use super::error::{IreeResult, Result};
 use super::worker::Worker;
 
@@ -36,7 +36,7 @@ struct DecoderRt {
     caches: HashMap<u64, (BufferView<f32>, BufferView<f32>)>,
     /// Caches of the padding rows of decode calls, one pair per padding position.
     padding: Vec<(BufferView<f32>, BufferView<f32>)>,
-    cache_shape: [usize; 3],
+    cache_shape: Vec<usize>,
 }
 
 impl DecoderRt {
@@ -134,7 +134,7 @@ impl IreeDecoder {
         };
         let module = emit(ck, shape);
         let identity = format!(
-            "decoder v1 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} capacity={capacity} chunk={chunk} batches={:?} f32",
+            "decoder v2 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} capacity={capacity} chunk={chunk} batches={:?} f32",
             c.num_layers,
             c.hidden_size,
             c.num_heads,
@@ -154,7 +154,7 @@ impl IreeDecoder {
         )?;
         let weights = module.weights.clone();
         let device = ctx.device.clone();
-        let cache_shape = [c.num_layers, capacity, c.num_kv_heads * c.head_dim];
+        let cache_shape = cache_type(&c, capacity).shape;
         let worker = Worker::spawn("phi4mm-iree-decoder", move || -> Result<DecoderRt> {
             let runtime = IreeContext::runtime(&device)?;
             let program = runtime

@@ -151,18 +151,16 @@ fn rope(f: &mut Func, x: &Value, cos: &Value, sin: &Value, c: &TextConfig) -> Va
 }
 
 /// Causal GQA attention of one row's `n` new tokens (queries `[n, heads·hd]`, first at `pos0`)
-/// against its cache `[capacity, kv_heads·hd]` (which already holds the new keys/values).
+/// against its cache `[kv_heads, capacity, hd]` (which already holds the new keys/values).
 fn attention(f: &mut Func, q: &Value, k: &Value, v: &Value, pos0: &Value, c: &TextConfig) -> Value {
     let n = q.dim(0);
     let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
     let g = nh / nkv;
-    let cap = k.dim(0);
+    let cap = k.dim(1);
     let q = f.reshape(q, &[n, nkv, g, hd]);
     let q = f.transpose(&q, &[1, 0, 2, 3]);
     let q = f.reshape(&q, &[nkv, n * g, hd]);
-    let k = f.reshape(k, &[cap, nkv, hd]);
-    let v = f.reshape(v, &[cap, nkv, hd]);
-    let s = f.dot_general(&q, &k, (&[0], &[1]), (&[2], &[2])); // [nkv, n·g, cap]
+    let s = f.dot_general(&q, k, (&[0], &[0]), (&[2], &[2])); // [nkv, n·g, cap]
     let s = f.scale(&s, 1.0 / (hd as f32).sqrt());
     // Query i (position pos0 + i) sees keys 0..=pos0 + i.
     let s = f.reshape(&s, &[nkv, n, g, cap]);
@@ -176,7 +174,7 @@ fn attention(f: &mut Func, q: &Value, k: &Value, v: &Value, pos0: &Value, c: &Te
     let s = f.select(&visible, &s, &ninf);
     let p = f.softmax_last(&s);
     let p = f.reshape(&p, &[nkv, n * g, cap]);
-    let o = f.dot_general(&p, &v, (&[0], &[1]), (&[2], &[0])); // [nkv, n·g, hd]
+    let o = f.dot_general(&p, v, (&[0], &[0]), (&[2], &[1])); // [nkv, n·g, hd]
     let o = f.reshape(&o, &[nkv, n, g, hd]);
     let o = f.transpose(&o, &[1, 0, 2, 3]);
     f.reshape(&o, &[n, nh * hd])
@@ -192,18 +190,27 @@ fn cached_attention(
     r: &mut RowArgs,
     c: &TextConfig,
 ) -> Value {
-    let (n, kw) = (k.dim(0), k.dim(1));
-    let cap = r.k.dim(1);
-    let kr = f.reshape(k, &[1, n, kw]);
-    let vr = f.reshape(v, &[1, n, kw]);
+    let n = k.dim(0);
+    let (nkv, hd) = (c.num_kv_heads, c.head_dim);
+    let cap = r.k.dim(2);
+    // The cache is head-major, so that attention reads each head's keys and values as one
+    // contiguous [cap, hd] block: token-major, IREE transposed every layer's whole cache on
+    // every call to bring the heads first. Only the new tokens' few rows are transposed here.
+    let heads_first = |f: &mut Func, x: &Value| {
+        let x = f.reshape(x, &[n, nkv, hd]);
+        let x = f.transpose(&x, &[1, 0, 2]);
+        f.reshape(&x, &[1, nkv, n, hd])
+    };
+    let kr = heads_first(f, k);
+    let vr = heads_first(f, v);
     let l = f.splat_i32(li as i32, &[]);
     let zero = f.splat_i32(0, &[]);
-    r.k = f.dynamic_update_slice(&r.k, &kr, &[&l, &r.pos0, &zero]);
-    r.v = f.dynamic_update_slice(&r.v, &vr, &[&l, &r.pos0, &zero]);
-    let kc = f.dynamic_slice(&r.k, &[&l, &zero, &zero], &[1, cap, kw]);
-    let vc = f.dynamic_slice(&r.v, &[&l, &zero, &zero], &[1, cap, kw]);
-    let kc = f.reshape(&kc, &[cap, kw]);
-    let vc = f.reshape(&vc, &[cap, kw]);
+    r.k = f.dynamic_update_slice(&r.k, &kr, &[&l, &zero, &r.pos0, &zero]);
+    r.v = f.dynamic_update_slice(&r.v, &vr, &[&l, &zero, &r.pos0, &zero]);
+    let kc = f.dynamic_slice(&r.k, &[&l, &zero, &zero, &zero], &[1, nkv, cap, hd]);
+    let vc = f.dynamic_slice(&r.v, &[&l, &zero, &zero, &zero], &[1, nkv, cap, hd]);
+    let kc = f.reshape(&kc, &[nkv, cap, hd]);
+    let vc = f.reshape(&vc, &[nkv, cap, hd]);
     attention(f, q, &kc, &vc, &r.pos0, c)
 }
 
@@ -286,12 +293,13 @@ fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &Value) -> Value {
 }
 
 /// `prefill(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin [chunk, rot/2],
-/// adapter_masks [chunk, 2], k, v [layers, capacity, kv]) → (logits [1, vocab] of token n−1, k, v)`.
+/// adapter_masks [chunk, 2], k, v [layers, kv_heads, capacity, head_dim]) → (logits [1, vocab] of
+/// token n−1, k, v)`.
 fn emit_prefill(ck: &Checkpoint, s: DecoderShape, w: &mut Weights) -> Func {
     let c = &ck.config.text;
     let mut f = Func::new("prefill");
     let dw = declare(&mut f, w, ck);
-    let (h, half, kw) = (c.hidden_size, c.rotary_dim / 2, c.num_kv_heads * c.head_dim);
+    let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let n = s.chunk;
     let x = f.arg(TensorType::f32(&[n, h]));
     let valid = f.arg(TensorType::i32(&[1]));
@@ -299,7 +307,7 @@ fn emit_prefill(ck: &Checkpoint, s: DecoderShape, w: &mut Weights) -> Func {
     let cos = f.arg(TensorType::f32(&[n, half]));
     let sin = f.arg(TensorType::f32(&[n, half]));
     let masks = f.arg(TensorType::f32(&[n, 2]));
-    let cache = TensorType::f32(&[c.num_layers, s.capacity, kw]);
+    let cache = cache_type(c, s.capacity);
     let k = f.arg(cache.clone());
     let v = f.arg(cache);
     let sm = f.slice(&masks, &[0, 0], &[n, 1]);
@@ -338,13 +346,13 @@ fn emit_decode(ck: &Checkpoint, s: DecoderShape, b: usize, w: &mut Weights) -> F
     let c = &ck.config.text;
     let mut f = Func::new(&format!("decode_b{b}"));
     let dw = declare(&mut f, w, ck);
-    let (h, half, kw) = (c.hidden_size, c.rotary_dim / 2, c.num_kv_heads * c.head_dim);
+    let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let x = f.arg(TensorType::f32(&[b, h]));
     let pos = f.arg(TensorType::i32(&[b]));
     let cos = f.arg(TensorType::f32(&[b, half]));
     let sin = f.arg(TensorType::f32(&[b, half]));
     let masks = f.arg(TensorType::f32(&[b, 2]));
-    let cache = TensorType::f32(&[c.num_layers, s.capacity, kw]);
+    let cache = cache_type(c, s.capacity);
     let mut rows: Vec<RowArgs> = Vec::with_capacity(b);
     for r in 0..b {
         let k = f.arg(cache.clone());
@@ -376,6 +384,11 @@ fn emit_decode(ck: &Checkpoint, s: DecoderShape, b: usize, w: &mut Weights) -> F
     }
     f.ret(results);
     f
+}
+
+/// A row's K or V cache: `[layers, kv_heads, capacity, head_dim]`.
+pub fn cache_type(c: &TextConfig, capacity: usize) -> TensorType {
+    TensorType::f32(&[c.num_layers, c.num_kv_heads, capacity, c.head_dim])
 }
 
 /// The whole decoder module.

@@ -342,8 +342,16 @@ fn load_iree(
     args: &BenchBatchArgs,
 ) -> Result<(IreeBench, Value)> {
     let mut s = args.iree.settings();
-    // Enough positions for the prompt and the timed steps; a smaller cache is less to copy.
-    s.context = s.context.min(args.prompt_tokens + args.new_tokens + 8);
+    // Unless asked for a capacity (to see what a longer one costs), just enough positions for
+    // the prompt and the timed steps.
+    let needed = args.prompt_tokens + args.new_tokens + 8;
+    s.context = args.iree.iree_context.unwrap_or(needed);
+    if s.context < needed {
+        anyhow::bail!(
+            "--iree-context {} is below the {needed} positions the prompt and steps need",
+            s.context
+        );
+    }
     let fresh = tempfile::tempdir_in(std::env::current_dir()?)?;
     s.cache_dir = Some(fresh.path().to_path_buf());
     let cold = IreeBench::load(ck, model.clone(), &s)?;
@@ -351,7 +359,10 @@ fn load_iree(
     drop(cold);
     let warm = IreeBench::load(ck, model, &s)?;
     let warm_modules = warm.details()["modules"].clone();
-    Ok((warm, json!({"cold": cold_modules, "warm": warm_modules})))
+    Ok((
+        warm,
+        json!({"cold": cold_modules, "warm": warm_modules, "decoder_context": s.context}),
+    ))
 }
 
 #[cfg(not(feature = "iree"))]

@@ -49,9 +49,10 @@ pub struct IreeArgs {
     /// Artifact cache directory (default `$XDG_CACHE_HOME/switchyard/iree`).
     #[arg(long)]
     pub iree_cache_dir: Option<PathBuf>,
-    /// Positions per row the IREE decoder is compiled for.
-    #[arg(long, default_value_t = 4096)]
-    pub iree_context: usize,
+    /// Positions per row the IREE decoder is compiled for (default: the plugin's, 4096;
+    /// `bench-batch`: just what its prompt and steps need, unless given).
+    #[arg(long)]
+    pub iree_context: Option<usize>,
     /// IREE HAL driver: `local-task` (every core), `local-sync` (one thread), `cuda`.
     #[arg(long, default_value = "local-task")]
     pub iree_device: String,
@@ -61,7 +62,9 @@ impl IreeArgs {
     pub fn settings(&self) -> IreeSettings {
         IreeSettings {
             cache_dir: self.iree_cache_dir.clone(),
-            context: self.iree_context,
+            context: self
+                .iree_context
+                .unwrap_or_else(|| IreeSettings::default().context),
             device: self.iree_device.clone(),
             ..IreeSettings::default()
         }

@@ -49,8 +49,8 @@ pub struct IreeArgs {
     /// Artifact cache directory (default `$XDG_CACHE_HOME/switchyard/iree`).
     #[arg(long)]
     pub iree_cache_dir: Option<PathBuf>,
-    /// Positions per row the IREE decoder is compiled for (default: the plugin's, 4096;
-    /// `bench-batch`: just what its prompt and steps need, unless given).
+    /// Longest row the IREE decoder is compiled for (default: the checkpoint's
+    /// `max_position_embeddings`; `bench-batch`: just what its prompt and steps need).
     #[arg(long)]
     pub iree_context: Option<usize>,
     /// IREE HAL driver: `local-task` (every core), `local-sync` (one thread), `cuda`.
@@ -62,9 +62,7 @@ impl IreeArgs {
     pub fn settings(&self) -> IreeSettings {
         IreeSettings {
             cache_dir: self.iree_cache_dir.clone(),
-            context: self
-                .iree_context
-                .unwrap_or_else(|| IreeSettings::default().context),
+            context: self.iree_context,
             device: self.iree_device.clone(),
             ..IreeSettings::default()
         }

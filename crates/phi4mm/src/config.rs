@@ -58,9 +58,11 @@ pub struct IreeSettings {
     /// `sm_90`, so a Hopper GPU such as the H100 or H200 runs `sm_80` or `sm_89` modules.)
     #[serde(default = "default_cuda_target")]
     pub cuda_target: String,
-    /// Positions per row (prompt + generated tokens) the decoder is compiled for.
-    #[serde(default = "default_iree_context")]
-    pub context: usize,
+    /// Longest row (prompt + generated tokens) the decoder is compiled for; default the
+    /// checkpoint's `max_position_embeddings`. Rows only take the cache memory their length
+    /// needs, so a smaller value only saves compile time (fewer cache sizes).
+    #[serde(default)]
+    pub context: Option<usize>,
     /// Prompt tokens per compiled prefill call.
     #[serde(default = "default_iree_prefill_chunk")]
     pub prefill_chunk: usize,
@@ -89,7 +91,7 @@ impl Default for IreeSettings {
             cache_dir: None,
             target_cpu: default_target_cpu(),
             cuda_target: default_cuda_target(),
-            context: default_iree_context(),
+            context: None,
             prefill_chunk: default_iree_prefill_chunk(),
             compiler: None,
         }
@@ -104,9 +106,6 @@ fn default_target_cpu() -> String {
 }
 fn default_cuda_target() -> String {
     "sm_80".into()
-}
-fn default_iree_context() -> usize {
-    4096
 }
 fn default_iree_prefill_chunk() -> usize {
     64
@@ -142,6 +141,14 @@ pub struct Phi4mmSettings {
     /// Prompt tokens of all waiting requests together.
     #[serde(default = "default_max_queued_tokens")]
     pub max_queued_tokens: usize,
+    /// Bytes of KV cache all admitted requests together may hold (the KV pool). Admission
+    /// reserves the most a request's row can come to (prompt + `max_tokens` positions): a
+    /// request that needs more than the whole pool is refused with HTTP 400, one that only has
+    /// to wait for running rows to finish with HTTP 429. Default: one row of the checkpoint's
+    /// `original_max_position_embeddings` (4096 for Phi-4-multimodal) per slot; raise it to
+    /// serve longer prompts, up to `max_position_embeddings`.
+    #[serde(default)]
+    pub kv_cache_bytes: Option<u64>,
     /// Prompt tokens prefilled per decoder step (bounds the stall a long prompt causes).
     #[serde(default = "default_prefill_chunk")]
     pub prefill_chunk: usize,
@@ -197,13 +204,16 @@ impl Phi4mmSettings {
         if self.slots == 0 {
             return Err(SettingsError::NoSlots);
         }
+        if self.kv_cache_bytes == Some(0) {
+            return Err(SettingsError::NoKvPool);
+        }
         if self.threads == Some(0) || self.media_threads == Some(0) {
             return Err(SettingsError::NoThreads);
         }
         if self.prefill_chunk == 0 || self.default_max_tokens == 0 {
             return Err(SettingsError::NoChunkOrBudget);
         }
-        if self.iree.prefill_chunk == 0 || self.iree.context == 0 {
+        if self.iree.prefill_chunk == 0 || self.iree.context == Some(0) {
             return Err(SettingsError::NoIreeShape);
         }
         Ok(())
@@ -215,6 +225,8 @@ impl Phi4mmSettings {
 pub enum SettingsError {
     #[error("slots must be at least 1")]
     NoSlots,
+    #[error("kv_cache_bytes must be at least 1 when set")]
+    NoKvPool,
     #[error("threads and media_threads must be at least 1 when set")]
     NoThreads,
     #[error("prefill_chunk and default_max_tokens must be at least 1")]
@@ -247,7 +259,7 @@ mod tests {
         assert_eq!(s.backend, BackendKind::Iree);
         assert_eq!(
             (s.iree.context, s.iree.device.as_str()),
-            (8192, "local-task")
+            (Some(8192), "local-task")
         );
         assert!(toml_like(r#"{"checkpoint": "m", "iree": {"contxt": 1}}"#).is_err());
         let s: Phi4mmSettings =

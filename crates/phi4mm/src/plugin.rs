@@ -21,7 +21,7 @@ use crate::options::RequestOptions;
 use crate::request::{self, MediaOptions, RequestError};
 use crate::sampling::{Logprobs, SamplingConfig};
 use crate::scheduler::{
-    Detokenize, FinishReason, GenerationParams, Job, Outcome, Refusal, RowError, RowSink,
+    Detokenize, FinishReason, GenerationParams, Job, KvBudget, Outcome, Refusal, RowError, RowSink,
     Scheduler, SchedulerConfig,
 };
 use frontend::prompt::{ContentPart, Message, Prompt, Role};
@@ -112,6 +112,10 @@ impl Phi4mmModel {
                 max_queued_tokens: settings.max_queued_tokens,
                 media_threads,
                 prefill_chunk: settings.prefill_chunk,
+                kv_cache: match settings.kv_cache_bytes {
+                    Some(b) => KvBudget::Bytes(usize::try_from(b).unwrap_or(usize::MAX)),
+                    None => KvBudget::SlotsOf(ck.config.text.original_max_position_embeddings),
+                },
             },
             Some(detok),
         )
@@ -561,14 +565,17 @@ impl PluginModel for Phi4mmModel {
         }
     }
 
-    /// Every row's KV cache holds up to the backend's context, so the capacity is slots × context
-    /// positions. Both LoRA adapters are part of the checkpoint and always loaded (a row picks
-    /// one per request), so they are resident and nothing ever waits for one.
+    /// The KV capacity is the KV pool, in positions of f32 keys and values (what both backends
+    /// store); in use are the positions the running rows hold. Both LoRA adapters are part of
+    /// the checkpoint and always loaded (a row picks one per request), so they are resident and
+    /// nothing ever waits for one.
     fn resources(&self) -> ModelResources {
         let s = self.scheduler.stats();
         let resident: Vec<String> = RESIDENT_ADAPTERS.iter().map(|&a| a.into()).collect();
+        let c = &self.model.config.text;
+        let position_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4;
         ModelResources {
-            kv_capacity_tokens: (self.settings.slots * self.media.context()) as u64,
+            kv_capacity_tokens: (s.kv_pool_bytes / position_bytes) as u64,
             kv_used_tokens: s.kv_positions as u64,
             max_adapters: resident.len() as u32,
             resident_adapters: resident,

@@ -37,6 +37,10 @@ pub trait StepBackend: Send + Sync + 'static {
 
     /// Runs every row's new tokens and returns the logits of each row's last token.
     fn step(&self, rows: &mut [StepRow<'_, Self::State>]) -> Vec<Vec<f32>>;
+
+    /// The most KV-cache memory, in bytes, one row of `positions` positions (prompt + generated
+    /// tokens) can come to on this backend: what admission reserves from the KV pool.
+    fn kv_bytes(&self, positions: usize) -> usize;
 }
 
 /// What greedy decoding of one prompt produced.

@@ -69,12 +69,10 @@ impl IreeBackend {
             compiler,
             &settings.device,
         )?);
-        let decoder = IreeDecoder::load(
-            ck,
-            &ctx,
-            settings.context + settings.prefill_chunk,
-            settings.prefill_chunk,
-        )?;
+        let context = settings
+            .context
+            .unwrap_or(ck.config.text.max_position_embeddings);
+        let decoder = IreeDecoder::load(ck, &ctx, context, settings.prefill_chunk)?;
         let encoders = Arc::new(IreeEncoders {
             vision: IreeVision::load(ck, &ctx)?,
             audio: IreeAudio::load(ck, &ctx)?,
@@ -109,6 +107,7 @@ impl IreeBackend {
             "backend": "iree",
             "device": self.ctx.device,
             "context": self.decoder.context(),
+            "cache_sizes": self.decoder.cache_sizes(),
             "cache": {
                 "dir": self.ctx.cache.dir().display().to_string(),
                 "entries": entries,
@@ -132,5 +131,9 @@ impl StepBackend for IreeBackend {
 
     fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {
         self.decoder.step(rows)
+    }
+
+    fn kv_bytes(&self, positions: usize) -> usize {
+        self.decoder.kv_bytes(positions)
     }
 }

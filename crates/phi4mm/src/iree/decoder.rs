@@ -1,12 +1,15 @@
 //! The decoder on IREE: the compiled `decoder` module on its own runtime thread, driven by the
 //! same scheduler as the host backend through [`StepBackend`].
 //!
-//! Each row's KV cache lives on the device, in the worker's table under the row's id; a step
-//! passes it in and keeps the returned buffers. Rows with one new token share a `decode_b{B}` call
-//! (B the smallest compiled batch that fits, padded with a scratch row); rows with more tokens
-//! (prefill chunks, re-encodes) run `prefill` chunk by chunk.
+//! Each row's KV cache lives on the device, in the worker's table under the row's id, at one of
+//! the module's cache sizes ([`DecoderShape`]); a step passes it in and keeps the returned
+//! buffers, which IREE updated in place. A row starts at the smallest size that holds what the
+//! call needs and moves to a larger one only when it outgrows it, so its memory and its step cost
+//! follow its length, not the context. Rows with one new token share a `decode_b{B}_s{S}` call per
+//! cache size; rows with more tokens (prefill chunks, re-encodes) run `prefill_s{S}` chunk by
+//! chunk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -19,53 +22,96 @@ use crate::model::rope::{Rope, RopeState};
 use crate::step::{StepBackend, StepRow};
 
 use super::context::{IreeContext, Rows};
-use super::emit::decoder::{cache_type, emit, DecoderShape};
+use super::emit::decoder::{cache_type, decode_name, emit, prefill_name, DecoderShape};
 use super::error::{IreeResult, Result};
 use super::worker::Worker;
 
-/// Decode batch sizes compiled into the module.
+/// Decode batch sizes compiled into the module, for every cache size.
 pub const DECODE_BATCHES: &[usize] = &[1, 2, 4, 8];
 
+/// One row's K and V caches on the device, `[layers, kv_heads, size, head_dim]` each.
+struct RowCache {
+    size: usize,
+    k: BufferView<f32>,
+    v: BufferView<f32>,
+}
+
 struct DecoderRt {
-    _runtime: Runtime,
+    runtime: Runtime,
     _program: Program,
-    prefill: Function,
-    decode: Vec<(usize, Function)>,
+    functions: HashMap<String, Function>,
     weights: Vec<Value>,
-    /// Per-row caches (K, V), keyed by sequence id.
-    caches: HashMap<u64, (BufferView<f32>, BufferView<f32>)>,
-    /// Caches of the padding rows of decode calls, one pair per padding position.
-    padding: Vec<(BufferView<f32>, BufferView<f32>)>,
-    cache_shape: Vec<usize>,
+    /// Per-row caches, keyed by sequence id.
+    caches: HashMap<u64, RowCache>,
+    /// Caches of the padding rows of decode calls at the smallest size, one per position.
+    padding: Vec<RowCache>,
+    config: TextConfig,
 }
 
 impl DecoderRt {
-    /// A fresh cache pair. Every buffer passed as a cache belongs to exactly one row (or padding
-    /// position): IREE may update a cache argument in place, so two rows must never share one.
-    fn new_cache(&self) -> Result<(BufferView<f32>, BufferView<f32>)> {
-        let zeros = vec![0.0; self.cache_shape.iter().product()];
-        Ok((
-            f32_view(&self._runtime, &self.cache_shape, &zeros)?,
-            f32_view(&self._runtime, &self.cache_shape, &zeros)?,
-        ))
+    /// A zeroed cache of `size` positions. Every buffer passed as a cache belongs to exactly one
+    /// row (or padding position): IREE updates a cache argument in place, so two rows must
+    /// never share one.
+    fn zeros(&self, size: usize) -> Result<RowCache> {
+        let shape = cache_type(&self.config, size).shape;
+        let zeros = vec![0.0; shape.iter().product()];
+        Ok(RowCache {
+            size,
+            k: f32_view(&self.runtime, &shape, &zeros)?,
+            v: f32_view(&self.runtime, &shape, &zeros)?,
+        })
     }
 
-    /// Takes row `id`'s cache out of the table (a new row gets a fresh one); the caller puts
-    /// the call's returned buffers back.
-    fn take_cache(&mut self, id: u64) -> Result<(BufferView<f32>, BufferView<f32>)> {
+    /// `c` moved into a cache of `size` positions: each head's positions are copied through
+    /// the host once, when a row outgrows its size, which is at most once per size.
+    fn grow(&self, c: RowCache, size: usize) -> Result<RowCache> {
+        let shape = cache_type(&self.config, size).shape;
+        let (heads, hd) = (shape[0] * shape[1], shape[3]);
+        let widen = |old: &BufferView<f32>| -> Result<BufferView<f32>> {
+            let old = old.read().iree("reading a KV cache")?;
+            let mut new = vec![0.0; heads * size * hd];
+            for (dst, src) in new
+                .chunks_exact_mut(size * hd)
+                .zip(old.chunks_exact(c.size * hd))
+            {
+                dst[..src.len()].copy_from_slice(src);
+            }
+            f32_view(&self.runtime, &shape, &new)
+        };
+        Ok(RowCache {
+            size,
+            k: widen(&c.k)?,
+            v: widen(&c.v)?,
+        })
+    }
+
+    /// Takes row `id`'s cache out of the table at `size` positions (a new row gets a fresh one,
+    /// a smaller one grows); the caller puts the call's returned buffers back.
+    fn take_cache(&mut self, id: u64, size: usize) -> Result<RowCache> {
         match self.caches.remove(&id) {
-            Some(c) => Ok(c),
-            None => self.new_cache(),
+            Some(c) if c.size == size => Ok(c),
+            Some(c) => self.grow(c, size),
+            None => self.zeros(size),
         }
     }
 
-    fn take_padding(&mut self, i: usize) -> Result<(BufferView<f32>, BufferView<f32>)> {
+    /// Padding position `i`'s cache (at the smallest size), created on first use.
+    fn take_padding(&mut self, i: usize, size: usize) -> Result<RowCache> {
         while self.padding.len() <= i {
-            let c = self.new_cache()?;
+            let c = self.zeros(size)?;
             self.padding.push(c);
         }
+        let c = &self.padding[i];
         // Leave a placeholder clone; it is replaced by the call's output.
-        Ok(self.padding[i].clone())
+        Ok(RowCache {
+            size,
+            k: c.k.clone(),
+            v: c.v.clone(),
+        })
+    }
+
+    fn function(&self, name: &str) -> &Function {
+        &self.functions[name]
     }
 }
 
@@ -82,6 +128,8 @@ pub struct IreeDecoder {
 pub struct IreeSequence {
     id: u64,
     rope: RopeState,
+    /// The size of the row's cache on the device (0 before its first call).
+    size: usize,
     worker: Arc<Worker<DecoderRt>>,
 }
 
@@ -92,6 +140,11 @@ impl IreeSequence {
 
     pub fn is_empty(&self) -> bool {
         self.rope.len == 0
+    }
+
+    /// Positions of the row's cache on the device (0 before its first step).
+    pub fn cache_size(&self) -> usize {
+        self.size
     }
 }
 
@@ -123,18 +176,32 @@ fn adapter_masks(modes: impl Iterator<Item = AdapterMode>) -> Vec<f32> {
         .collect()
 }
 
+/// Rows per decode call for `n` rows at one cache size. At the smallest size the rows share one
+/// call padded up to the next compiled batch (a padding row's cache is small there); above it a
+/// padding row would need a cache of that size, so the rows split into exact compiled batches.
+fn decode_calls(n: usize, pad: bool) -> Vec<usize> {
+    if pad {
+        return vec![n];
+    }
+    let mut calls = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        let b = *DECODE_BATCHES.iter().rev().find(|&&b| b <= left).unwrap();
+        calls.push(b);
+        left -= b;
+    }
+    calls
+}
+
 impl IreeDecoder {
-    /// Emits, compiles (or loads from the cache) and loads the decoder, uploads its weights.
-    pub fn load(ck: &Checkpoint, ctx: &IreeContext, capacity: usize, chunk: usize) -> Result<Self> {
+    /// Emits, compiles (or loads from the cache) and loads the decoder for rows of up to
+    /// `context` positions, uploads its weights.
+    pub fn load(ck: &Checkpoint, ctx: &IreeContext, context: usize, chunk: usize) -> Result<Self> {
         let c = ck.config.text.clone();
-        let shape = DecoderShape {
-            capacity,
-            chunk,
-            batches: DECODE_BATCHES,
-        };
-        let module = emit(ck, shape);
+        let shape = DecoderShape::new(context, chunk, DECODE_BATCHES);
+        let module = emit(ck, &shape);
         let identity = format!(
-            "decoder v2 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} capacity={capacity} chunk={chunk} batches={:?} f32",
+            "decoder v3 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
             c.num_layers,
             c.hidden_size,
             c.num_heads,
@@ -143,6 +210,7 @@ impl IreeDecoder {
             c.rotary_dim,
             c.intermediate_size,
             c.vocab_size,
+            shape.buckets,
             DECODE_BATCHES
         );
         let bytes = ctx.module_bytes(
@@ -154,32 +222,35 @@ impl IreeDecoder {
         )?;
         let weights = module.weights.clone();
         let device = ctx.device.clone();
-        let cache_shape = cache_type(&c, capacity).shape;
+        let mut names = Vec::new();
+        for &size in &shape.buckets {
+            names.push(prefill_name(size));
+            names.extend(DECODE_BATCHES.iter().map(|&b| decode_name(b, size)));
+        }
+        let config = c.clone();
         let worker = Worker::spawn("phi4mm-iree-decoder", move || -> Result<DecoderRt> {
             let runtime = IreeContext::runtime(&device)?;
             let program = runtime
                 .load_vmfb(&bytes)
                 .iree("loading the decoder module")?;
-            let func = |name: &str| {
-                program
-                    .function(&format!("decoder.{name}"))
-                    .iree(&format!("decoder.{name}"))
-            };
-            let prefill = func("prefill")?;
-            let decode = DECODE_BATCHES
-                .iter()
-                .map(|&b| Ok((b, func(&format!("decode_b{b}"))?)))
-                .collect::<Result<Vec<_>>>()?;
+            let functions = names
+                .into_iter()
+                .map(|name| {
+                    let f = program
+                        .function(&format!("decoder.{name}"))
+                        .iree(&format!("decoder.{name}"))?;
+                    Ok((name, f))
+                })
+                .collect::<Result<HashMap<_, _>>>()?;
             let weights = weights.upload(&runtime).iree("uploading decoder weights")?;
             Ok(DecoderRt {
-                _runtime: runtime,
+                runtime,
                 _program: program,
-                prefill,
-                decode,
+                functions,
                 weights,
                 caches: HashMap::new(),
                 padding: Vec::new(),
-                cache_shape,
+                config,
             })
         })?;
         Ok(IreeDecoder {
@@ -194,11 +265,42 @@ impl IreeDecoder {
 
     /// Longest prompt + generated tokens a row can hold.
     pub fn context(&self) -> usize {
-        self.shape.capacity - self.shape.chunk
+        self.shape.context()
     }
 
-    /// Runs `input` (`[n, hidden]`, n ≥ 1) of one row through `prefill`, chunk by chunk; returns
-    /// the logits of its last token.
+    /// The compiled cache sizes, ascending.
+    pub fn cache_sizes(&self) -> &[usize] {
+        &self.shape.buckets
+    }
+
+    /// Device bytes of one row's K and V caches at `size` positions.
+    pub fn cache_bytes(&self, size: usize) -> usize {
+        let c = &self.config;
+        2 * c.num_layers * c.num_kv_heads * size * c.head_dim * std::mem::size_of::<f32>()
+    }
+
+    /// The most device memory a row of `positions` positions (prompt + generated) can come to:
+    /// its prefill calls write whole chunks, so it may reach the size that holds
+    /// `positions − 1 + chunk`. `None` beyond the context.
+    pub fn row_cache_bytes(&self, positions: usize) -> Option<usize> {
+        if positions > self.context() {
+            return None;
+        }
+        let need = positions.max(1) - 1 + self.shape.chunk;
+        self.shape.bucket(need).map(|s| self.cache_bytes(s))
+    }
+
+    /// The cache size a call needing `positions` positions of row `st` runs at: rows never shrink.
+    fn size_for(&self, st: &IreeSequence, positions: usize) -> usize {
+        let need = self
+            .shape
+            .bucket(positions)
+            .expect("row within the IREE decoder's context (checked at admission)");
+        need.max(st.size)
+    }
+
+    /// Runs `input` (`[n, hidden]`, n ≥ 1) of one row through `prefill_s{S}`, chunk by chunk;
+    /// returns the logits of its last token.
     fn prefill(&self, st: &mut IreeSequence, input: Vec<f32>, adapter: AdapterMode) -> Vec<f32> {
         let h = self.config.hidden_size;
         let chunk = self.shape.chunk;
@@ -218,12 +320,14 @@ impl IreeDecoder {
             let (cos, sin) = self.rope.cos_sin(st.rope.len, chunk, st.rope.mode);
             let masks = adapter_masks(std::iter::repeat_n(adapter, chunk));
             let (id, pos0) = (st.id, st.rope.len);
+            // The call writes a whole chunk of keys from pos0.
+            let size = self.size_for(st, pos0 + chunk);
             let half = self.config.rotary_dim / 2;
             logits = self
                 .worker
                 .run(move |rt| -> Result<Vec<f32>> {
-                    let (k, v) = rt.take_cache(id)?;
-                    let r = &rt._runtime;
+                    let cache = rt.take_cache(id, size)?;
+                    let r = &rt.runtime;
                     let mut args: Vec<Value> = rt.weights.clone();
                     args.push(f32_view(r, &[chunk, h], &x)?.into());
                     args.push(i32_view(r, &[1], &[m as i32])?.into());
@@ -231,34 +335,41 @@ impl IreeDecoder {
                     args.push(f32_view(r, &[chunk, half], &cos)?.into());
                     args.push(f32_view(r, &[chunk, half], &sin)?.into());
                     args.push(f32_view(r, &[chunk, 2], &masks)?.into());
-                    args.push(k.into());
-                    args.push(v.into());
-                    let mut out = rt.prefill.invoke(args).iree("decoder.prefill")?.into_iter();
-                    let logits: BufferView<f32> =
-                        out.next().unwrap().try_into().iree("decoder result")?;
-                    let k: BufferView<f32> =
-                        out.next().unwrap().try_into().iree("decoder result")?;
-                    let v: BufferView<f32> =
-                        out.next().unwrap().try_into().iree("decoder result")?;
-                    rt.caches.insert(id, (k, v));
+                    args.push(cache.k.into());
+                    args.push(cache.v.into());
+                    let name = prefill_name(size);
+                    let mut out = rt
+                        .function(&name)
+                        .invoke(args)
+                        .iree(&format!("decoder.{name}"))?
+                        .into_iter();
+                    let mut next = || -> Result<BufferView<f32>> {
+                        out.next().unwrap().try_into().iree("decoder result")
+                    };
+                    let logits = next()?;
+                    let (k, v) = (next()?, next()?);
+                    rt.caches.insert(id, RowCache { size, k, v });
                     logits.read().iree("reading logits")
                 })
                 .unwrap_or_else(|e| panic!("IREE prefill failed: {e:#}"));
+            st.size = size;
             st.rope.len += m;
             t0 += m;
         }
         logits
     }
 
-    /// One token for each of `rows` (at most the largest compiled batch).
-    fn decode(&self, rows: Vec<(&mut IreeSequence, Vec<f32>, AdapterMode)>) -> Vec<Vec<f32>> {
+    /// One token for each of `rows`, whose caches all run at `size` positions, in one call of
+    /// `b` ≥ rows.len() rows (padded at the smallest size).
+    fn decode(
+        &self,
+        rows: Vec<(&mut IreeSequence, Vec<f32>, AdapterMode)>,
+        size: usize,
+        b: usize,
+    ) -> Vec<Vec<f32>> {
         let h = self.config.hidden_size;
         let half = self.config.rotary_dim / 2;
         let n = rows.len();
-        let b = *DECODE_BATCHES
-            .iter()
-            .find(|&&b| b >= n)
-            .expect("decode group no larger than the largest batch");
         let mut x = vec![0.0; b * h];
         let mut pos = vec![0i32; b];
         let mut cos = vec![0.0; b * half];
@@ -266,10 +377,6 @@ impl IreeDecoder {
         let mut modes = vec![AdapterMode::None; b];
         let mut ids = Vec::with_capacity(n);
         for (i, (st, e, a)) in rows.iter().enumerate() {
-            assert!(
-                st.rope.len < self.context(),
-                "row exceeds the IREE decoder's context (checked at admission)"
-            );
             x[i * h..(i + 1) * h].copy_from_slice(e);
             pos[i] = st.rope.len as i32;
             let (c, s) = self.rope.cos_sin(st.rope.len, 1, st.rope.mode);
@@ -285,38 +392,42 @@ impl IreeDecoder {
                 let mut caches = Vec::with_capacity(b);
                 for i in 0..b {
                     caches.push(match ids.get(i) {
-                        Some(&id) => rt.take_cache(id)?,
-                        None => rt.take_padding(i - ids.len())?,
+                        Some(&id) => rt.take_cache(id, size)?,
+                        None => rt.take_padding(i - ids.len(), size)?,
                     });
                 }
-                let r = &rt._runtime;
+                let r = &rt.runtime;
                 let mut args: Vec<Value> = rt.weights.clone();
                 args.push(f32_view(r, &[b, h], &x)?.into());
                 args.push(i32_view(r, &[b], &pos)?.into());
                 args.push(f32_view(r, &[b, half], &cos)?.into());
                 args.push(f32_view(r, &[b, half], &sin)?.into());
                 args.push(f32_view(r, &[b, 2], &masks)?.into());
-                for (k, v) in caches {
-                    args.push(k.into());
-                    args.push(v.into());
+                for c in caches {
+                    args.push(c.k.into());
+                    args.push(c.v.into());
                 }
-                let func = &rt.decode.iter().find(|(bb, _)| *bb == b).unwrap().1;
-                let mut out = func
+                let name = decode_name(b, size);
+                let mut out = rt
+                    .function(&name)
                     .invoke(args)
-                    .iree(&format!("decoder.decode_b{b}"))?
+                    .iree(&format!("decoder.{name}"))?
                     .into_iter();
-                let logits: BufferView<f32> =
-                    out.next().unwrap().try_into().iree("decoder result")?;
+                let mut next = || -> Result<BufferView<f32>> {
+                    out.next().unwrap().try_into().iree("decoder result")
+                };
+                let logits = next()?;
                 for i in 0..b {
-                    let k: BufferView<f32> =
-                        out.next().unwrap().try_into().iree("decoder result")?;
-                    let v: BufferView<f32> =
-                        out.next().unwrap().try_into().iree("decoder result")?;
+                    let cache = RowCache {
+                        size,
+                        k: next()?,
+                        v: next()?,
+                    };
                     match ids.get(i) {
                         Some(&id) => {
-                            rt.caches.insert(id, (k, v));
+                            rt.caches.insert(id, cache);
                         }
-                        None => rt.padding[i - ids.len()] = (k, v),
+                        None => rt.padding[i - ids.len()] = cache,
                     }
                 }
                 logits.read().iree("reading logits")
@@ -325,6 +436,7 @@ impl IreeDecoder {
         let vocab = self.config.vocab_size;
         let mut out = Vec::with_capacity(n);
         for (i, (st, _, _)) in rows.into_iter().enumerate() {
+            st.size = size;
             st.rope.len += 1;
             out.push(logits[i * vocab..(i + 1) * vocab].to_vec());
         }
@@ -339,12 +451,18 @@ impl StepBackend for IreeDecoder {
         IreeSequence {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             rope: RopeState::default(),
+            size: 0,
             worker: self.worker.clone(),
         }
     }
 
     fn embed(&self, ids: &[u32]) -> Vec<f32> {
         embed_tokens(&self.embed, &self.config, ids)
+    }
+
+    fn kv_bytes(&self, positions: usize) -> usize {
+        // Beyond the context nothing fits; admission refuses such rows before they get here.
+        self.row_cache_bytes(positions).unwrap_or(usize::MAX)
     }
 
     fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {
@@ -363,22 +481,50 @@ impl StepBackend for IreeDecoder {
                 out[i] = self.prefill(st, input, row.adapter);
             }
         }
+        // One token per row: rows at the same cache size share calls.
+        let mut by_size: BTreeMap<usize, Vec<(usize, Vec<f32>)>> = BTreeMap::new();
+        for (i, input) in singles {
+            let size = self.size_for(&*rows[i].state, rows[i].state.rope.len + 1);
+            by_size.entry(size).or_default().push((i, input));
+        }
         let max_b = *DECODE_BATCHES.last().unwrap();
+        let smallest = self.shape.buckets[0];
         let mut states: Vec<Option<&mut StepRow<'_, IreeSequence>>> =
             rows.iter_mut().map(Some).collect();
-        for group in singles.chunks(max_b) {
-            let batch: Vec<(&mut IreeSequence, Vec<f32>, AdapterMode)> = group
-                .iter()
-                .map(|(i, e)| {
-                    let r = states[*i].take().expect("row in one group");
-                    let adapter = r.adapter;
-                    (&mut *r.state, e.clone(), adapter)
-                })
-                .collect();
-            for ((i, _), l) in group.iter().zip(self.decode(batch)) {
-                out[*i] = l;
+        for (size, group) in by_size {
+            for group in group.chunks(max_b) {
+                let mut rest = group;
+                for n in decode_calls(group.len(), size == smallest) {
+                    let (call, tail) = rest.split_at(n);
+                    rest = tail;
+                    let b = *DECODE_BATCHES.iter().find(|&&b| b >= n).unwrap();
+                    let batch: Vec<(&mut IreeSequence, Vec<f32>, AdapterMode)> = call
+                        .iter()
+                        .map(|(i, e)| {
+                            let r = states[*i].take().expect("row in one call");
+                            let adapter = r.adapter;
+                            (&mut *r.state, e.clone(), adapter)
+                        })
+                        .collect();
+                    for ((i, _), l) in call.iter().zip(self.decode(batch, size, b)) {
+                        out[*i] = l;
+                    }
+                }
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_calls;
+
+    #[test]
+    fn rows_split_into_compiled_batches_unless_padded() {
+        assert_eq!(decode_calls(3, true), [3]);
+        assert_eq!(decode_calls(7, false), [4, 2, 1]);
+        assert_eq!(decode_calls(8, false), [8]);
+        assert_eq!(decode_calls(5, false), [4, 1]);
     }
 }

@@ -36,4 +36,9 @@ impl StepBackend for HostBackend {
         let model = &self.0;
         model.install(|| model.decoder.step(rows))
     }
+
+    fn kv_bytes(&self, positions: usize) -> usize {
+        let c = &self.0.config.text;
+        super::kv_cache::row_bytes(c.num_layers, c.num_kv_heads * c.head_dim, positions)
+    }
 }

@@ -23,6 +23,14 @@ fn grow_for(buf: &mut Vec<f32>, extra: usize) {
     }
 }
 
+/// The most bytes the keys and values of a row of `positions` positions can hold allocated:
+/// `layers` layers of `width` floats per position each, with [`grow_for`]'s slack.
+pub fn row_bytes(layers: usize, width: usize, positions: usize) -> usize {
+    let floats = positions * width;
+    let allocated = floats + floats / 8 + GROW_MIN;
+    2 * layers * allocated * std::mem::size_of::<f32>()
+}
+
 impl LayerKv {
     /// Appends new positions' keys and values (the same number of each).
     pub fn append(&mut self, k: &[f32], v: &[f32]) {

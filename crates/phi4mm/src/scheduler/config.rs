@@ -1,4 +1,6 @@
-//! [`SchedulerConfig`]: slot count, admission bounds, media pool and prefill chunk.
+//! [`SchedulerConfig`]: slot count, admission bounds, KV pool, media pool and prefill chunk.
+
+use super::kv_pool::KvBudget;
 
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
@@ -13,6 +15,8 @@ pub struct SchedulerConfig {
     /// Prompt tokens prefilled per decoder step, over all new rows: bounds how long one step
     /// (and so every running row's next token) can be delayed by a long prompt.
     pub prefill_chunk: usize,
+    /// Bytes of KV cache all admitted rows together may reserve.
+    pub kv_cache: KvBudget,
 }
 
 impl Default for SchedulerConfig {
@@ -23,6 +27,7 @@ impl Default for SchedulerConfig {
             max_queued_tokens: 65_536,
             media_threads: 1,
             prefill_chunk: 512,
+            kv_cache: KvBudget::Unbounded,
         }
     }
 }

@@ -14,6 +14,7 @@
 mod config;
 mod driver;
 mod job;
+mod kv_pool;
 mod queue;
 mod row;
 mod state;
@@ -23,8 +24,10 @@ pub use job::{
     Detokenize, FinishReason, GenerationParams, Job, Outcome, PrepareFn, Refusal, RowError,
     RowPrompt, RowSink,
 };
+pub use kv_pool::KvBudget;
 
 use job::JobRest;
+use kv_pool::{KvPool, ReservedSink};
 use state::{Shared, State};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +53,10 @@ pub struct SchedulerStats {
     pub rows_per_audio_branch: [usize; 2],
     /// Positions held in the running rows' KV caches, as of the last decoder step.
     pub kv_positions: usize,
+    /// Bytes of the KV pool reserved by admitted rows (waiting and running).
+    pub kv_reserved_bytes: usize,
+    /// The KV pool's size in bytes (`usize::MAX`: unbounded).
+    pub kv_pool_bytes: usize,
     /// Request id in each slot.
     pub slots: Vec<Option<u64>>,
     /// Decoder steps run since start, by how many rows they carried: element `n - 1` counts the
@@ -84,7 +91,14 @@ impl Scheduler {
             .thread_name(|i| format!("phi4mm-media-{i}"))
             .build()
             .map_err(std::io::Error::other)?;
+        let b = backend.clone();
+        let kv = KvPool::new(
+            config.kv_cache,
+            config.slots,
+            Arc::new(move |positions| b.kv_bytes(positions)),
+        );
         let shared = Arc::new(Shared {
+            kv,
             state: Mutex::new(State {
                 slots: vec![None; config.slots],
                 ..State::default()
@@ -119,13 +133,14 @@ impl Scheduler {
             sink,
         } = job;
         // A refused job's prepare function (and its media) is dropped here, outside the lock.
-        let admission =
-            queue::admit(&self.shared, id, prompt_tokens, prepare).map_err(|(r, _)| r)?;
+        let positions = prompt_tokens + generation.max_new_tokens;
+        let (admission, kv) = queue::admit(&self.shared, id, prompt_tokens, positions, prepare)
+            .map_err(|(r, _)| r)?;
         let rest = JobRest {
             id,
             prompt_tokens,
             generation,
-            sink,
+            sink: Box::new(ReservedSink { sink, kv: Some(kv) }),
         };
         let shared = self.shared.clone();
         self.media
@@ -187,6 +202,8 @@ impl Scheduler {
             rows_per_adapter,
             rows_per_audio_branch,
             kv_positions,
+            kv_reserved_bytes: self.shared.kv.reserved(),
+            kv_pool_bytes: self.shared.kv.total(),
             slots: st.slots.iter().map(|s| s.map(|s| s.id)).collect(),
             steps_by_rows: self
                 .shared

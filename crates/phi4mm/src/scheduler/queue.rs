@@ -4,25 +4,28 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::job::{FinishReason, JobRest, Outcome, PrepareFn, Ready, Refusal, RowError};
+use super::kv_pool::KvReservation;
 use super::state::{Admitted, Shared, State};
 
-/// Charges a job against the bounds and parks its prepare function until a media worker takes
-/// it, or refuses it leaving the state untouched (the prepare function comes back). Returns the
-/// admission number the worker takes the prepare function by.
+/// Charges a job against the bounds and reserves its KV cache (a row of `positions` positions),
+/// and parks its prepare function until a media worker takes it, or refuses it leaving the state
+/// untouched (the prepare function comes back). Returns the admission number the worker takes
+/// the prepare function by, and the reservation.
 pub(crate) fn admit(
     shared: &Shared,
     id: u64,
     prompt_tokens: usize,
+    positions: usize,
     prepare: PrepareFn,
-) -> Result<u64, (Refusal, PrepareFn)> {
+) -> Result<(u64, KvReservation), (Refusal, PrepareFn)> {
     let cfg = &shared.config;
     let mut st = shared.lock();
-    match check(&st, cfg, id, prompt_tokens) {
+    match check(&st, cfg, id, prompt_tokens).and_then(|()| shared.kv.reserve(positions)) {
         Err(r) => {
             drop(st);
             Err((r, prepare))
         }
-        Ok(()) => {
+        Ok(kv) => {
             let admission = st.next_admission;
             st.next_admission += 1;
             st.waiting.insert(
@@ -34,7 +37,7 @@ pub(crate) fn admit(
                 },
             );
             st.queued_tokens += prompt_tokens;
-            Ok(admission)
+            Ok((admission, kv))
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::adapter::{AdapterMode, AudioBranch};
 
 use super::config::SchedulerConfig;
 use super::job::{PrepareFn, Ready};
+use super::kv_pool::KvPool;
 
 /// What the stats see of an occupied slot.
 #[derive(Clone, Copy, Debug)]
@@ -79,6 +80,7 @@ impl State {
 
 pub(crate) struct Shared {
     pub state: Mutex<State>,
+    pub kv: KvPool,
     pub wake: Condvar,
     pub config: SchedulerConfig,
     /// See [`SchedulerStats::steps_by_rows`](super::SchedulerStats::steps_by_rows); counted by the

@@ -41,12 +41,8 @@ fn the_device_chooses_the_compile_target() {
 #[test]
 fn the_fixture_decoder_compiles_for_cuda() {
     let ck = Checkpoint::open(&fixture().join("model")).expect("fixture checkpoint");
-    let shape = DecoderShape {
-        capacity: 128,
-        chunk: 16,
-        batches: &[1],
-    };
-    let module = emit(&ck, shape);
+    let shape = DecoderShape::new(112, 16, &[1]);
+    let module = emit(&ck, &shape);
     let target = CompileTarget::Cuda {
         arch: "sm_80".into(),
     };

@@ -3,6 +3,7 @@
 //! embeddings), so the decoder is checked on its own: first-step logits within the fixture tolerance and the
 //! 8 greedy tokens exact.
 
+use crate::iree_support::CHUNK;
 use crate::model_support::*;
 use switchyard_phi4mm::sampling::argmax;
 use switchyard_phi4mm::step::{StepBackend, StepRow};
@@ -12,6 +13,7 @@ fn run(layout: &str) {
     let refs = model_cases();
     let cases = manifest()["model_cases"]["cases"].as_object().unwrap();
     let mut checked = 0;
+    let mut sizes_seen = std::collections::BTreeSet::new();
     for (case, m) in cases {
         let t = |n: &str| format!("{case}.{n}");
         let has_media = !m["images"].as_array().unwrap().is_empty()
@@ -65,7 +67,18 @@ fn run(layout: &str) {
         }
         assert_eq!(tokens, want_tokens, "{layout} {case} greedy tokens");
         assert_eq!(st.len(), ids.len() + tokens.len(), "{case} positions");
+        // The row's device memory follows its length, not the context: it holds the smallest
+        // compiled cache size that fits what its calls wrote (prefill writes whole chunks).
+        let wrote = st.len().max(ids.len().div_ceil(CHUNK) * CHUNK);
+        let smallest = dec.cache_sizes().iter().find(|&&s| s >= wrote).unwrap();
+        assert_eq!(st.cache_size(), *smallest, "{case} cache size");
+        sizes_seen.insert(st.cache_size());
     }
+    // The decoder serves the checkpoint's whole context, and the fixture's rows, short and
+    // past 4096 positions, took different sizes, none of them the largest.
+    assert_eq!(dec.context(), 131_072);
+    assert!(sizes_seen.len() >= 2, "sizes {sizes_seen:?}");
+    assert!(!sizes_seen.contains(dec.cache_sizes().last().unwrap()));
     assert_eq!(checked, 11, "cases with embeddings or text only");
 }
 

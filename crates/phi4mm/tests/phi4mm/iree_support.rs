@@ -14,8 +14,7 @@ use switchyard_phi4mm::model::Phi4mm;
 
 use crate::model_support::fixture;
 
-/// Positions per row: the longest fixture case (4106 + 8 tokens) plus one prefill chunk.
-pub const CAPACITY: usize = 4224;
+/// Tokens per prefill call.
 pub const CHUNK: usize = 64;
 
 pub fn context() -> &'static IreeContext {
@@ -30,14 +29,15 @@ pub fn context() -> &'static IreeContext {
 
 pub fn decoder(layout: &str) -> IreeDecoder {
     let ck = Checkpoint::open(&fixture().join(layout)).expect("fixture checkpoint");
-    IreeDecoder::load(&ck, context(), CAPACITY, CHUNK).expect("IREE decoder")
+    // Rows up to the checkpoint's whole context, as served: no context setting.
+    let positions = ck.config.text.max_position_embeddings;
+    IreeDecoder::load(&ck, context(), positions, CHUNK).expect("IREE decoder")
 }
 
 /// The whole IREE backend on the shared cache, built for the same decoder shape as [`decoder`].
 pub fn backend(ck: &Checkpoint, host: Arc<Phi4mm>) -> IreeBackend {
     let settings = IreeSettings {
         cache_dir: Some(context().cache.dir().to_path_buf()),
-        context: CAPACITY - CHUNK,
         prefill_chunk: CHUNK,
         ..IreeSettings::default()
     };

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use crate::scheduler_support::*;
 use switchyard_phi4mm::model::HostBackend;
 use switchyard_phi4mm::scheduler::{
-    FinishReason, GenerationParams, Job, Outcome, Refusal, RowError, Scheduler, SchedulerConfig,
-    SchedulerStats,
+    FinishReason, GenerationParams, Job, KvBudget, Outcome, Refusal, RowError, Scheduler,
+    SchedulerConfig, SchedulerStats,
 };
+use switchyard_phi4mm::step::StepBackend;
 
 struct Harness {
     sched: Scheduler,
@@ -27,6 +28,10 @@ struct Harness {
 
 impl Harness {
     fn new(slots: usize, max_queued: usize) -> Self {
+        Self::with_kv(slots, max_queued, KvBudget::Unbounded)
+    }
+
+    fn with_kv(slots: usize, max_queued: usize, kv_cache: KvBudget) -> Self {
         let backend = Arc::new(HostBackend(model()));
         let sched = Scheduler::start(
             backend.clone(),
@@ -35,6 +40,7 @@ impl Harness {
                 max_queued,
                 // One media thread: requests are prepared, and so take slots, in arrival order.
                 media_threads: 1,
+                kv_cache,
                 ..SchedulerConfig::default()
             },
             None,
@@ -113,6 +119,9 @@ fn assert_idle(s: &SchedulerStats, slots: usize) {
             rows_per_adapter: [0, 0, 0],
             rows_per_audio_branch: [0, 0],
             kv_positions: 0,
+            // Every way a job ended gave its KV reservation back.
+            kv_reserved_bytes: 0,
+            kv_pool_bytes: s.kv_pool_bytes,
             slots: vec![None; slots],
             // The step counts only grow; what an idle scheduler must not hold is any row.
             steps_by_rows: s.steps_by_rows.clone(),
@@ -478,4 +487,43 @@ fn kv_positions_follow_the_rows_and_their_tokens() {
     go.send(()).unwrap();
     done(&mut h, 2);
     assert_idle(&h.wait_stats("idle", |s| s.running == 0), 2);
+}
+
+/// The KV pool: a request whose row can never fit the pool is refused as invalid (HTTP 400),
+/// one that fits only once a running row is gone as overloaded (HTTP 429), and neither changes
+/// anything; the bytes come back when the row ends, and the waiting request is then admitted.
+#[test]
+fn the_kv_pool_refuses_what_never_fits_and_what_must_wait() {
+    let prompt = pinned_case_input("text_base").input_ids.len();
+    let row = HostBackend(model()).kv_bytes(prompt + 8);
+    // Room for one such row, not two.
+    let mut h = Harness::with_kv(4, 4, KvBudget::Bytes(row + row / 2));
+    assert_eq!(h.sched.stats().kv_pool_bytes, row + row / 2);
+    let (go, gate) = gate();
+    let mut sink = h.sink(1);
+    sink.pause_at = Some((1, gate));
+    h.submit(1, "text_base", 8, sink).unwrap();
+    h.wait("row 1 runs", |e| matches!(e, Ev::Token(1, _)));
+    assert_eq!(h.sched.stats().kv_reserved_bytes, row);
+
+    let waits = h.submit(2, "text_base", 8, h.sink(2));
+    assert!(
+        matches!(&waits, Err(Refusal::Overloaded(m)) if m.contains("kv_cache_bytes")),
+        "{waits:?}"
+    );
+    let never = h.submit(3, "text_base", 100_000, h.sink(3));
+    assert!(
+        matches!(&never, Err(Refusal::Invalid(m)) if m.contains("kv_cache_bytes")),
+        "{never:?}"
+    );
+    let s = h.sched.stats();
+    assert_eq!((s.queued, s.kv_reserved_bytes), (0, row));
+
+    go.send(()).unwrap();
+    h.wait("row 1 ends", |e| matches!(e, Ev::Done(1, _)));
+    h.wait_stats("the pool is free", |s| s.kv_reserved_bytes == 0);
+    h.submit(2, "text_base", 8, h.sink(2)).unwrap();
+    h.wait("row 2 ends", |e| matches!(e, Ev::Done(2, _)));
+    assert_eq!(h.records[&2].tokens, h.records[&1].tokens);
+    assert_idle(&h.wait_stats("idle", |s| s.running == 0), 4);
 }

@@ -1,10 +1,13 @@
-//! The text decoder as StableHLO: `prefill` (one row, a chunk of up to `chunk` tokens) and
-//! `decode_b{B}` (B rows, one token each), in one module `decoder`.
+//! The text decoder as StableHLO: for each cache size S, `prefill_s{S}` (one row, a chunk of up
+//! to `chunk` tokens) and `decode_b{B}_s{S}` (B rows, one token each), in one module `decoder`.
 //!
-//! Shapes are static: every row's KV cache is a `[layers, capacity, kv_heads·head_dim]` pair of
-//! arguments that the function returns updated (the caller keeps the returned buffers as the row's
-//! new cache), positions are runtime arguments, and keys past a row's position are masked out — so
-//! one compiled module serves every prompt length up to the capacity. RoPE cos/sin come from the
+//! Shapes are static: every row's KV cache is a `[layers, kv_heads, S, head_dim]` pair of
+//! arguments that the function returns updated in place (the caller keeps the returned buffers as
+//! the row's new cache), positions are runtime arguments, and keys past a row's position are
+//! masked out. Attention reads all S positions of the cache, so a step costs what its size
+//! costs: the sizes grow geometrically ([`DecoderShape::new`]) and a row moves to the next size
+//! only when it outgrows its own, which keeps both its memory and its step cost within a constant
+//! factor of its length, up to the checkpoint's `max_position_embeddings`. RoPE cos/sin come from the
 //! host (they depend on the LongRoPE mode, which the host decides per row, exactly as the host
 //! backend does). Per-row LoRA: each adapter's A and B run over all rows of the call, multiplied
 //! by a per-row 0/1 mask, so rows choose their adapter at run time with no global adapter state.
@@ -15,14 +18,54 @@ use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, TensorType, Val
 use crate::iree::weights::Weights;
 
 /// Static sizes a decoder module is built for (part of its cache identity).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecoderShape {
-    /// KV positions per row. Must exceed the longest prompt + new tokens + `chunk`.
-    pub capacity: usize,
+    /// Cache sizes (KV positions per row), ascending; each has its own functions.
+    pub buckets: Vec<usize>,
     /// Tokens per prefill call.
     pub chunk: usize,
-    /// Decode batch sizes compiled (`decode_b{B}` for each).
+    /// Decode batch sizes compiled (`decode_b{B}_s{S}` for each).
     pub batches: &'static [usize],
+}
+
+/// Positions of the smallest cache size (plus a chunk); below it a step costs the weights, not
+/// attention.
+const FIRST_BUCKET: usize = 512;
+/// Each cache size holds this many times the positions of the one before: a row's cache is then
+/// never more than this factor larger than its length needs, and a module for 131072 positions
+/// has five sizes.
+const BUCKET_GROWTH: usize = 4;
+
+impl DecoderShape {
+    /// Sizes for rows of up to `context` positions, prefilled `chunk` tokens per call. A prefill
+    /// call writes a whole chunk, so each size is a power-of-two row length plus a chunk (a row
+    /// of exactly 4096 or 32768 positions takes the size named for it), and the largest is
+    /// `context + chunk`.
+    pub fn new(context: usize, chunk: usize, batches: &'static [usize]) -> Self {
+        let mut buckets = Vec::new();
+        let mut rows = FIRST_BUCKET.max(chunk);
+        // A size holding more than half the context would save little; the top one serves.
+        while 2 * rows <= context {
+            buckets.push(rows + chunk);
+            rows *= BUCKET_GROWTH;
+        }
+        buckets.push(context + chunk);
+        DecoderShape {
+            buckets,
+            chunk,
+            batches,
+        }
+    }
+
+    /// Longest prompt + generated tokens a row can hold.
+    pub fn context(&self) -> usize {
+        self.buckets.last().expect("at least one size") - self.chunk
+    }
+
+    /// The smallest cache size that holds `positions`.
+    pub fn bucket(&self, positions: usize) -> Option<usize> {
+        self.buckets.iter().copied().find(|&s| s >= positions)
+    }
 }
 
 /// Emitted module text and its weight schema.
@@ -292,22 +335,22 @@ fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &Value) -> Value {
     f.linear_t(&normed, &w.lm_head)
 }
 
-/// `prefill(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin [chunk, rot/2],
-/// adapter_masks [chunk, 2], k, v [layers, kv_heads, capacity, head_dim]) → (logits [1, vocab] of
-/// token n−1, k, v)`.
-fn emit_prefill(ck: &Checkpoint, s: DecoderShape, w: &mut Weights) -> Func {
+/// `prefill_s{S}(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin
+/// [chunk, rot/2], adapter_masks [chunk, 2], k, v [layers, kv_heads, S, head_dim]) →
+/// (logits [1, vocab] of token n−1, k, v)`.
+fn emit_prefill(ck: &Checkpoint, chunk: usize, size: usize, w: &mut Weights) -> Func {
     let c = &ck.config.text;
-    let mut f = Func::new("prefill");
+    let mut f = Func::new(&prefill_name(size));
     let dw = declare(&mut f, w, ck);
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
-    let n = s.chunk;
+    let n = chunk;
     let x = f.arg(TensorType::f32(&[n, h]));
     let valid = f.arg(TensorType::i32(&[1]));
     let pos = f.arg(TensorType::i32(&[1]));
     let cos = f.arg(TensorType::f32(&[n, half]));
     let sin = f.arg(TensorType::f32(&[n, half]));
     let masks = f.arg(TensorType::f32(&[n, 2]));
-    let cache = cache_type(c, s.capacity);
+    let cache = cache_type(c, size);
     let k = f.arg(cache.clone());
     let v = f.arg(cache);
     let sm = f.slice(&masks, &[0, 0], &[n, 1]);
@@ -340,11 +383,11 @@ fn emit_prefill(ck: &Checkpoint, s: DecoderShape, w: &mut Weights) -> Func {
     f
 }
 
-/// `decode_b{B}(weights…, embeds [B, hidden], pos [B] i32, cos, sin [B, rot/2],
+/// `decode_b{B}_s{S}(weights…, embeds [B, hidden], pos [B] i32, cos, sin [B, rot/2],
 /// adapter_masks [B, 2], k_0, v_0, …, k_{B−1}, v_{B−1}) → (logits [B, vocab], k_0, v_0, …)`.
-fn emit_decode(ck: &Checkpoint, s: DecoderShape, b: usize, w: &mut Weights) -> Func {
+fn emit_decode(ck: &Checkpoint, size: usize, b: usize, w: &mut Weights) -> Func {
     let c = &ck.config.text;
-    let mut f = Func::new(&format!("decode_b{b}"));
+    let mut f = Func::new(&decode_name(b, size));
     let dw = declare(&mut f, w, ck);
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let x = f.arg(TensorType::f32(&[b, h]));
@@ -352,7 +395,7 @@ fn emit_decode(ck: &Checkpoint, s: DecoderShape, b: usize, w: &mut Weights) -> F
     let cos = f.arg(TensorType::f32(&[b, half]));
     let sin = f.arg(TensorType::f32(&[b, half]));
     let masks = f.arg(TensorType::f32(&[b, 2]));
-    let cache = cache_type(c, s.capacity);
+    let cache = cache_type(c, size);
     let mut rows: Vec<RowArgs> = Vec::with_capacity(b);
     for r in 0..b {
         let k = f.arg(cache.clone());
@@ -391,15 +434,50 @@ pub fn cache_type(c: &TextConfig, capacity: usize) -> TensorType {
     TensorType::f32(&[c.num_layers, c.num_kv_heads, capacity, c.head_dim])
 }
 
+/// The prefill function for cache size `size`.
+pub fn prefill_name(size: usize) -> String {
+    format!("prefill_s{size}")
+}
+
+/// The decode function for `b` rows at cache size `size`.
+pub fn decode_name(b: usize, size: usize) -> String {
+    format!("decode_b{b}_s{size}")
+}
+
 /// The whole decoder module.
-pub fn emit(ck: &Checkpoint, s: DecoderShape) -> DecoderModule {
+pub fn emit(ck: &Checkpoint, s: &DecoderShape) -> DecoderModule {
     let mut w = Weights::default();
-    let mut funcs = vec![emit_prefill(ck, s, &mut w)];
-    for &b in s.batches {
-        funcs.push(emit_decode(ck, s, b, &mut w));
+    let mut funcs = Vec::new();
+    for &size in &s.buckets {
+        funcs.push(emit_prefill(ck, s.chunk, size, &mut w));
+        for &b in s.batches {
+            funcs.push(emit_decode(ck, size, b, &mut w));
+        }
     }
     DecoderModule {
         mlir: mlir::module("decoder", &funcs),
         weights: w,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecoderShape;
+
+    #[test]
+    fn cache_sizes_grow_geometrically_up_to_context_plus_chunk() {
+        let s = DecoderShape::new(131_072, 64, &[1]);
+        assert_eq!(s.buckets, [576, 2112, 8256, 32832, 131_136]);
+        assert_eq!(s.context(), 131_072);
+        assert_eq!(s.bucket(1), Some(576));
+        assert_eq!(s.bucket(577), Some(2112));
+        // A row of 32768 positions prefilled by whole chunks fits the size named for it.
+        assert_eq!(s.bucket(32768 - 1 + 64), Some(32832));
+        assert_eq!(s.bucket(131_136), Some(131_136));
+        assert_eq!(s.bucket(131_137), None);
+        // A context below the first size gets one size, exactly what it needs.
+        assert_eq!(DecoderShape::new(112, 16, &[1]).buckets, [128]);
+        // No size holds fewer rows than a chunk, and none more than half the context.
+        assert_eq!(DecoderShape::new(4096, 1024, &[1]).buckets, [2048, 5120]);
     }
 }

@@ -364,9 +364,10 @@ async fn protocol_metrics_follow_the_load_and_parse_with_the_reference_parsers()
 async fn phi4mm_reports_the_kv_positions_of_its_rows_and_its_resident_adapters() {
     let server = Server::start(&phi4mm_config()).await;
     let mut texts = vec![server.metrics().await]; // 0: idle
-                                                  // Phi4MM: a running row holds KV positions (tiny, against 2 slots of 131072 positions), so
-                                                  // the fraction is above 0 while it runs. A greedy row of random weights may stop early:
-                                                  // a few tries.
+
+    // Phi4MM: a running row holds KV positions (few, against a default pool of one
+    // 4096-position row per slot), so the fraction is above 0 while it runs. A greedy row of
+    // random weights may stop early: a few tries.
     let mut phi_running = None;
     for _ in 0..5 {
         let request = server.chat_in_background(json!({

@@ -22,7 +22,9 @@ use crate::model::rope::{Rope, RopeState};
 use crate::step::{StepBackend, StepRow};
 
 use super::context::{IreeContext, Rows};
-use super::emit::decoder::{cache_type, decode_name, emit, prefill_name, DecoderShape};
+use super::emit::decoder::{
+    cache_type, decode_name, emit, prefill_cache_name, prefill_name, DecoderShape,
+};
 use super::error::{IreeResult, Result};
 use super::worker::Worker;
 
@@ -201,7 +203,7 @@ impl IreeDecoder {
         let shape = DecoderShape::new(context, chunk, DECODE_BATCHES);
         let module = emit(ck, &shape);
         let identity = format!(
-            "decoder v3 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
+            "decoder v4 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
             c.num_layers,
             c.hidden_size,
             c.num_heads,
@@ -225,6 +227,7 @@ impl IreeDecoder {
         let mut names = Vec::new();
         for &size in &shape.buckets {
             names.push(prefill_name(size));
+            names.push(prefill_cache_name(size));
             names.extend(DECODE_BATCHES.iter().map(|&b| decode_name(b, size)));
         }
         let config = c.clone();
@@ -299,8 +302,8 @@ impl IreeDecoder {
         need.max(st.size)
     }
 
-    /// Runs `input` (`[n, hidden]`, n ≥ 1) of one row through `prefill_s{S}`, chunk by chunk;
-    /// returns the logits of its last token.
+    /// Runs `input` (`[n, hidden]`, n ≥ 1) of one row through `prefill_cache_s{S}` chunk by
+    /// chunk, its last chunk through `prefill_s{S}`; returns the logits of its last token.
     fn prefill(&self, st: &mut IreeSequence, input: Vec<f32>, adapter: AdapterMode) -> Vec<f32> {
         let h = self.config.hidden_size;
         let chunk = self.shape.chunk;
@@ -323,6 +326,8 @@ impl IreeDecoder {
             // The call writes a whole chunk of keys from pos0.
             let size = self.size_for(st, pos0 + chunk);
             let half = self.config.rotary_dim / 2;
+            // Only the last chunk's logits are returned.
+            let last = t0 + m == n;
             logits = self
                 .worker
                 .run(move |rt| -> Result<Vec<f32>> {
@@ -337,7 +342,11 @@ impl IreeDecoder {
                     args.push(f32_view(r, &[chunk, 2], &masks)?.into());
                     args.push(cache.k.into());
                     args.push(cache.v.into());
-                    let name = prefill_name(size);
+                    let name = if last {
+                        prefill_name(size)
+                    } else {
+                        prefill_cache_name(size)
+                    };
                     let mut out = rt
                         .function(&name)
                         .invoke(args)
@@ -346,10 +355,13 @@ impl IreeDecoder {
                     let mut next = || -> Result<BufferView<f32>> {
                         out.next().unwrap().try_into().iree("decoder result")
                     };
-                    let logits = next()?;
+                    let logits = if last { Some(next()?) } else { None };
                     let (k, v) = (next()?, next()?);
                     rt.caches.insert(id, RowCache { size, k, v });
-                    logits.read().iree("reading logits")
+                    match logits {
+                        Some(l) => l.read().iree("reading logits"),
+                        None => Ok(Vec::new()),
+                    }
                 })
                 .unwrap_or_else(|e| panic!("IREE prefill failed: {e:#}"));
             st.size = size;

@@ -1,5 +1,6 @@
 //! The text decoder as StableHLO: for each cache size S, `prefill_s{S}` (one row, a chunk of up
-//! to `chunk` tokens) and `decode_b{B}_s{S}` (B rows, one token each), in one module `decoder`.
+//! to `chunk` tokens; `prefill_cache_s{S}` the same without logits, for the chunks before a
+//! row's last) and `decode_b{B}_s{S}` (B rows, one token each), in one module `decoder`.
 //!
 //! Shapes are static: every row's KV cache is a `[layers, kv_heads, S, head_dim]` pair of
 //! arguments that the function returns updated in place (the caller keeps the returned buffers as
@@ -337,10 +338,18 @@ fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &Value) -> Value {
 
 /// `prefill_s{S}(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin
 /// [chunk, rot/2], adapter_masks [chunk, 2], k, v [layers, kv_heads, S, head_dim]) →
-/// (logits [1, vocab] of token n−1, k, v)`.
-fn emit_prefill(ck: &Checkpoint, chunk: usize, size: usize, w: &mut Weights) -> Func {
+/// (logits [1, vocab] of token n−1, k, v)`; with `logits` false, `prefill_cache_s{S}` with the
+/// same arguments returns only `(k, v)`. A row's chunks before its last need no logits, and the
+/// head (a vocabulary-sized product) would cost about as much as the chunk's layers; IREE drops
+/// everything that only fed it, down to the last layer's MLP.
+fn emit_prefill(ck: &Checkpoint, chunk: usize, size: usize, logits: bool, w: &mut Weights) -> Func {
     let c = &ck.config.text;
-    let mut f = Func::new(&prefill_name(size));
+    let name = if logits {
+        prefill_name(size)
+    } else {
+        prefill_cache_name(size)
+    };
+    let mut f = Func::new(&name);
     let dw = declare(&mut f, w, ck);
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let n = chunk;
@@ -371,6 +380,11 @@ fn emit_prefill(ck: &Checkpoint, chunk: usize, size: usize, w: &mut Weights) -> 
         vision: &vm,
     };
     let x = layers(&mut f, &dw, c, x, &t, &mut rows);
+    if !logits {
+        let [row] = rows;
+        f.ret(vec![row.k, row.v]);
+        return f;
+    }
     // Only token n−1 feeds the head.
     let one = f.splat_i32(1, &[]);
     let nv = f.scalar_at(&valid, 0);
@@ -439,6 +453,11 @@ pub fn prefill_name(size: usize) -> String {
     format!("prefill_s{size}")
 }
 
+/// The prefill function for cache size `size` that returns no logits.
+pub fn prefill_cache_name(size: usize) -> String {
+    format!("prefill_cache_s{size}")
+}
+
 /// The decode function for `b` rows at cache size `size`.
 pub fn decode_name(b: usize, size: usize) -> String {
     format!("decode_b{b}_s{size}")
@@ -449,7 +468,8 @@ pub fn emit(ck: &Checkpoint, s: &DecoderShape) -> DecoderModule {
     let mut w = Weights::default();
     let mut funcs = Vec::new();
     for &size in &s.buckets {
-        funcs.push(emit_prefill(ck, s.chunk, size, &mut w));
+        funcs.push(emit_prefill(ck, s.chunk, size, true, &mut w));
+        funcs.push(emit_prefill(ck, s.chunk, size, false, &mut w));
         for &b in s.batches {
             funcs.push(emit_decode(ck, size, b, &mut w));
         }

@@ -24,7 +24,7 @@ fn grow_for(buf: &mut Vec<f32>, extra: usize) {
 }
 
 /// The most bytes the keys and values of a row of `positions` positions can hold allocated:
-/// `layers` layers of `width` floats per position each, with [`grow_for`]'s slack.
+/// `layers` layers of `width` floats per position each, with the slack of a buffer's growth.
 pub fn row_bytes(layers: usize, width: usize, positions: usize) -> usize {
     let floats = positions * width;
     let allocated = floats + floats / 8 + GROW_MIN;

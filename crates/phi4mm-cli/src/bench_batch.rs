@@ -361,7 +361,7 @@ fn load_iree(
     let warm_modules = warm.details()["modules"].clone();
     Ok((
         warm,
-        json!({"cold": cold_modules, "warm": warm_modules, "decoder_context": context}),
+        json!({"cold": cold_modules, "warm": warm_modules, "decoder_context": context, "prefill_chunk": s.prefill_chunk}),
     ))
 }
 

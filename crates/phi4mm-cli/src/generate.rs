@@ -53,6 +53,9 @@ pub struct IreeArgs {
     /// `max_position_embeddings`; `bench-batch`: just what its prompt and steps need).
     #[arg(long)]
     pub iree_context: Option<usize>,
+    /// Prompt tokens per compiled IREE prefill call (default: the plugin's, 64).
+    #[arg(long)]
+    pub iree_prefill_chunk: Option<usize>,
     /// IREE HAL driver: `local-task` (every core), `local-sync` (one thread), `cuda`.
     #[arg(long, default_value = "local-task")]
     pub iree_device: String,
@@ -63,6 +66,9 @@ impl IreeArgs {
         IreeSettings {
             cache_dir: self.iree_cache_dir.clone(),
             context: self.iree_context,
+            prefill_chunk: self
+                .iree_prefill_chunk
+                .unwrap_or_else(|| IreeSettings::default().prefill_chunk),
             device: self.iree_device.clone(),
             ..IreeSettings::default()
         }

@@ -112,8 +112,14 @@ impl DecoderRt {
         })
     }
 
-    fn function(&self, name: &str) -> &Function {
-        &self.functions[name]
+    /// Calls the module's function `name`; its results are all f32 buffers, in order.
+    fn invoke(&self, name: &str, args: Vec<Value>) -> Result<Vec<BufferView<f32>>> {
+        self.functions[name]
+            .invoke(args)
+            .iree(&format!("decoder.{name}"))?
+            .into_iter()
+            .map(|v| v.try_into().iree("decoder result"))
+            .collect()
     }
 }
 
@@ -347,16 +353,9 @@ impl IreeDecoder {
                     } else {
                         prefill_cache_name(size)
                     };
-                    let mut out = rt
-                        .function(&name)
-                        .invoke(args)
-                        .iree(&format!("decoder.{name}"))?
-                        .into_iter();
-                    let mut next = || -> Result<BufferView<f32>> {
-                        out.next().unwrap().try_into().iree("decoder result")
-                    };
-                    let logits = if last { Some(next()?) } else { None };
-                    let (k, v) = (next()?, next()?);
+                    let mut out = rt.invoke(&name, args)?.into_iter();
+                    let logits = if last { out.next() } else { None };
+                    let (k, v) = (out.next().unwrap(), out.next().unwrap());
                     rt.caches.insert(id, RowCache { size, k, v });
                     match logits {
                         Some(l) => l.read().iree("reading logits"),
@@ -420,20 +419,13 @@ impl IreeDecoder {
                     args.push(c.v.into());
                 }
                 let name = decode_name(b, size);
-                let mut out = rt
-                    .function(&name)
-                    .invoke(args)
-                    .iree(&format!("decoder.{name}"))?
-                    .into_iter();
-                let mut next = || -> Result<BufferView<f32>> {
-                    out.next().unwrap().try_into().iree("decoder result")
-                };
-                let logits = next()?;
+                let mut out = rt.invoke(&name, args)?.into_iter();
+                let logits = out.next().unwrap();
                 for i in 0..b {
                     let cache = RowCache {
                         size,
-                        k: next()?,
-                        v: next()?,
+                        k: out.next().unwrap(),
+                        v: out.next().unwrap(),
                     };
                     match ids.get(i) {
                         Some(&id) => {

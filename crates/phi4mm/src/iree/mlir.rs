@@ -157,6 +157,8 @@ pub enum Reduce {
 pub struct Func {
     name: String,
     args: Vec<Value>,
+    /// For each argument, the result it is the storage of (`iree.abi.output`), if any.
+    outputs: Vec<Option<usize>>,
     body: String,
     next: usize,
     results: Vec<Value>,
@@ -167,6 +169,7 @@ impl Func {
         Func {
             name: name.into(),
             args: Vec::new(),
+            outputs: Vec::new(),
             body: String::new(),
             next: 0,
             results: Vec::new(),
@@ -180,6 +183,18 @@ impl Func {
             ty,
         };
         self.args.push(v.clone());
+        self.outputs.push(None);
+        v
+    }
+
+    /// Declares the next argument as the storage of result `result` (`iree.abi.output`): IREE
+    /// writes that result into the caller's buffer instead of allocating a new one, so a value
+    /// the function updates (a KV cache) is updated in place. Without it IREE must assume the
+    /// caller still needs the argument as it was, and copies it into a fresh result on every
+    /// call. The caller must not pass one buffer as two such arguments.
+    pub fn output_arg(&mut self, ty: TensorType, result: usize) -> Value {
+        let v = self.arg(ty);
+        *self.outputs.last_mut().expect("just declared") = Some(result);
         v
     }
 
@@ -733,7 +748,21 @@ impl Func {
         let args: Vec<String> = self
             .args
             .iter()
-            .map(|a| format!("{}: {}", a.name, a.ty))
+            .zip(&self.outputs)
+            .map(|(a, out)| match out {
+                Some(r) => {
+                    let result = self.results.get(*r);
+                    assert!(
+                        result.is_some_and(|res| res.ty == a.ty),
+                        "{}: {} is the storage of result {r}, which is {:?}",
+                        self.name,
+                        a.name,
+                        result.map(|res| res.ty.to_string())
+                    );
+                    format!("{}: {} {{iree.abi.output = {r} : index}}", a.name, a.ty)
+                }
+                None => format!("{}: {}", a.name, a.ty),
+            })
             .collect();
         let rtys: Vec<String> = self.results.iter().map(|r| r.ty.to_string()).collect();
         let rnames: Vec<&str> = self.results.iter().map(|r| r.name.as_str()).collect();

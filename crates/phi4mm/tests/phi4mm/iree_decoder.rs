@@ -91,3 +91,89 @@ fn every_case_native_layout() {
 fn every_case_original_layout() {
     run("model-original");
 }
+
+/// A decode step writes the row's new key and value into the very buffers the caller passed as
+/// its cache (`iree.abi.output`), instead of returning a fresh copy of the whole cache: a clone
+/// of the argument taken before the call (the same device buffer) sees the step's key, and the
+/// result is that buffer. Without in-place storage the clone stays all zeros, and every step
+/// holds two copies of every row's cache at once.
+#[test]
+fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
+    use switchyard_phi4mm::iree::context::{IreeContext, Rows};
+    use switchyard_phi4mm::iree::emit::decoder::{cache_type, decode_name, emit, DecoderShape};
+
+    let ck = switchyard_phi4mm::checkpoint::Checkpoint::open(&fixture().join("model")).unwrap();
+    let c = &ck.config.text;
+    let shape = DecoderShape::new(512, CHUNK, &[1]);
+    let size = shape.buckets[0];
+    let module = emit(&ck, &shape);
+    let bytes = crate::iree_support::context()
+        .module_bytes(
+            Rows::Few,
+            "decoder",
+            &format!("in-place test decoder sizes={:?}", shape.buckets),
+            &module.mlir,
+            &module.weights,
+        )
+        .unwrap();
+    let rt = IreeContext::runtime("local-sync").unwrap();
+    let program = rt.load_vmfb(&bytes).unwrap();
+    let f = program
+        .function(&format!("decoder.{}", decode_name(1, size)))
+        .unwrap();
+
+    let (h, half) = (c.hidden_size, c.rotary_dim / 2);
+    let cache = cache_type(c, size).shape;
+    let zeros = vec![0.0f32; cache.iter().product()];
+    let k = rt.buffer_view(&cache, &zeros).unwrap();
+    let v = rt.buffer_view(&cache, &zeros).unwrap();
+    let (k_before, v_before) = (k.clone(), v.clone());
+    let pos = 5usize;
+    let x: Vec<f32> = (0..h).map(|i| ((i * 7) % 11) as f32 * 0.1 - 0.5).collect();
+    let mut args: Vec<eerie::runtime::Value> = module.weights.upload(&rt).unwrap();
+    args.push(rt.buffer_view(&[1, h], &x).unwrap().into());
+    args.push(rt.buffer_view(&[1], &[pos as i32]).unwrap().into());
+    args.push(
+        rt.buffer_view(&[1, half], &vec![1.0f32; half])
+            .unwrap()
+            .into(),
+    );
+    args.push(
+        rt.buffer_view(&[1, half], &vec![0.0f32; half])
+            .unwrap()
+            .into(),
+    );
+    args.push(rt.buffer_view(&[1, 2], &[0.0f32, 0.0]).unwrap().into());
+    args.push(k.into());
+    args.push(v.into());
+    let out = f.invoke(args).unwrap();
+    assert_eq!(out.len(), 3, "logits, k, v");
+
+    let hd = c.head_dim;
+    for (name, before, result) in [("k", &k_before, &out[1]), ("v", &v_before, &out[2])] {
+        let result: eerie::runtime::BufferView<f32> = result.clone().try_into().unwrap();
+        let (seen, returned) = (before.read().unwrap(), result.read().unwrap());
+        assert_eq!(
+            seen, returned,
+            "{name}: the result is not the caller's buffer"
+        );
+        // [layers, kv_heads, size, head_dim]: position `pos` of every head was written, and
+        // nothing else.
+        for (i, &val) in seen.iter().enumerate() {
+            let p = (i / hd) % size;
+            if p != pos {
+                assert_eq!(val, 0.0, "{name}: element {i} (position {p}) written");
+            }
+        }
+        let written = seen
+            .chunks_exact(hd)
+            .enumerate()
+            .filter(|(j, row)| j % size == pos && row.iter().any(|&x| x != 0.0))
+            .count();
+        assert_eq!(
+            written,
+            c.num_layers * c.num_kv_heads,
+            "{name}: heads written at {pos}"
+        );
+    }
+}

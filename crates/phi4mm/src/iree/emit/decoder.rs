@@ -3,8 +3,9 @@
 //! row's last) and `decode_b{B}_s{S}` (B rows, one token each), in one module `decoder`.
 //!
 //! Shapes are static: every row's KV cache is a `[layers, kv_heads, S, head_dim]` pair of
-//! arguments that the function returns updated in place (the caller keeps the returned buffers as
-//! the row's new cache), positions are runtime arguments, and keys past a row's position are
+//! arguments that are also the storage of the results that return them (`iree.abi.output`), so a
+//! call writes its new keys and values into the row's own buffers and copies nothing else of the
+//! cache; positions are runtime arguments, and keys past a row's position are
 //! masked out. Attention reads all S positions of the cache, so a step costs what its size
 //! costs: the sizes grow geometrically ([`DecoderShape::new`]) and a row moves to the next size
 //! only when it outgrows its own, which keeps both its memory and its step cost within a constant
@@ -359,9 +360,11 @@ fn emit_prefill(ck: &Checkpoint, chunk: usize, size: usize, logits: bool, w: &mu
     let cos = f.arg(TensorType::f32(&[n, half]));
     let sin = f.arg(TensorType::f32(&[n, half]));
     let masks = f.arg(TensorType::f32(&[n, 2]));
+    // The caches are results 0 and 1 without logits, 1 and 2 with them.
+    let first = usize::from(logits);
     let cache = cache_type(c, size);
-    let k = f.arg(cache.clone());
-    let v = f.arg(cache);
+    let k = f.output_arg(cache.clone(), first);
+    let v = f.output_arg(cache, first + 1);
     let sm = f.slice(&masks, &[0, 0], &[n, 1]);
     let sm = f.reshape(&sm, &[n]);
     let vm = f.slice(&masks, &[0, 1], &[n, 2]);
@@ -412,8 +415,9 @@ fn emit_decode(ck: &Checkpoint, size: usize, b: usize, w: &mut Weights) -> Func 
     let cache = cache_type(c, size);
     let mut rows: Vec<RowArgs> = Vec::with_capacity(b);
     for r in 0..b {
-        let k = f.arg(cache.clone());
-        let v = f.arg(cache.clone());
+        // Results: logits, then k_0, v_0, k_1, ...
+        let k = f.output_arg(cache.clone(), 1 + 2 * r);
+        let v = f.output_arg(cache.clone(), 2 + 2 * r);
         let pos0 = f.scalar_at(&pos, r);
         rows.push(RowArgs {
             x_rows: (r, 1),

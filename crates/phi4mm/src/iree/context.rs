@@ -16,7 +16,8 @@ use super::weights::Weights;
 pub struct IreeContext {
     pub cache: Arc<ArtifactCache>,
     pub compiler: IreeCompiler,
-    identity: CompilerIdentity,
+    /// The compiler of [`Rows::Few`] modules ([`IreeCompiler::for_few_rows`]) and its identity.
+    few_rows: (IreeCompiler, CompilerIdentity),
     /// The compiler of [`Rows::Many`] modules ([`IreeCompiler::for_many_rows`]) and its identity.
     many_rows: (IreeCompiler, CompilerIdentity),
     /// HAL driver: `local-task` (default), `local-sync`, `cuda` where built.
@@ -56,13 +57,14 @@ impl IreeContext {
                 ),
             });
         }
-        let identity = compiler.identity(&cache)?;
+        let few = compiler.for_few_rows();
+        let few_identity = few.identity(&cache)?;
         let many = compiler.for_many_rows();
         let many_identity = many.identity(&cache)?;
         Ok(IreeContext {
             cache,
             compiler,
-            identity,
+            few_rows: (few, few_identity),
             many_rows: (many, many_identity),
             device: device.to_string(),
             modules: Mutex::new(Vec::new()),
@@ -85,7 +87,7 @@ impl IreeContext {
             weights: &weights.specs,
         };
         let (compiler, identity) = match rows {
-            Rows::Few => (&self.compiler, &self.identity),
+            Rows::Few => (&self.few_rows.0, &self.few_rows.1),
             Rows::Many => (&self.many_rows.0, &self.many_rows.1),
         };
         let t = Instant::now();

@@ -262,17 +262,18 @@ impl IreeCompiler {
         // option is process-wide in the compiler, so a compile without a spec states that too.
         let spec_file = self
             .tuning_spec
-            .map(|spec| -> Result<tempfile::NamedTempFile> {
+            .map(|spec| {
                 let mut f = tempfile::Builder::new()
                     .prefix("phi4mm-tuning-")
                     .suffix(".mlir")
-                    .tempfile()
-                    .map_err(|e| IreeError::Compile(format!("writing the tuning spec: {e}")))?;
-                std::io::Write::write_all(&mut f, spec.as_bytes())
-                    .map_err(|e| IreeError::Compile(format!("writing the tuning spec: {e}")))?;
+                    .tempfile()?;
+                std::io::Write::write_all(&mut f, spec.as_bytes())?;
                 Ok(f)
             })
-            .transpose()?;
+            .transpose()
+            .map_err(|e: std::io::Error| {
+                IreeError::Compile(format!("writing the tuning spec: {e}"))
+            })?;
         let mut flags = self.flags.clone();
         flags.push(match &spec_file {
             Some(f) => format!("{TUNING_SPEC}={}", f.path().display()),

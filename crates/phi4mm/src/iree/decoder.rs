@@ -3,8 +3,9 @@
 //!
 //! Each row's KV cache lives on the device, in the worker's table under the row's id, at one of
 //! the module's cache sizes ([`DecoderShape`]); a step passes it in and IREE writes the step's
-//! keys and values into it in place (the cache arguments are their results' storage). A row starts at the smallest size that holds what the
-//! call needs and moves to a larger one only when it outgrows it, so its memory and its step cost
+//! keys and values into it in place (the cache arguments are their results' storage). A row
+//! starts at the smallest size that holds what the call needs and moves to a larger one only
+//! when it outgrows it, so its memory and its step cost
 //! follow its length, not the context. Rows with one new token share a `decode_b{B}_s{S}` call per
 //! cache size; rows with more tokens (prefill chunks, re-encodes) run `prefill_s{S}` chunk by
 //! chunk.

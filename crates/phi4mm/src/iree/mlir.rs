@@ -7,6 +7,13 @@
 
 use std::fmt::Write as _;
 
+/// The most rows of `x` one `x · wᵀ` product takes ([`Func::linear_t`]). With data tiling, IREE
+/// (3.13, llvm-cpu) tiles a larger product so that it ran at about half the speed of the same
+/// work cut into blocks: 5200 × 1024 × 1024 took 105 ms whole against 58 ms as ten blocks of
+/// 520 rows, and SigLIP's 1024 × 1152 × 4304 101 ms against 54 ms as two blocks
+/// (`docs/benchmarks.md`, "encoders in blocks"). Up to 512 rows every shape measured was fast.
+pub const PRODUCT_ROWS: usize = 512;
+
 /// Element types the emitters use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -614,7 +621,8 @@ impl Func {
         self.op("dot_general", &[a, b], &attrs, TensorType::f32(&shape))
     }
 
-    /// `x · wᵀ` for `x` `[.., k]` and a PyTorch-layout weight `w` `[n, k]` → `[.., n]`.
+    /// `x · wᵀ` for `x` `[.., k]` and a PyTorch-layout weight `w` `[n, k]` → `[.., n]`; more
+    /// than [`PRODUCT_ROWS`] rows go as several products.
     pub fn linear_t(&mut self, x: &Value, w: &Value) -> Value {
         let r = x.ty.rank();
         let lead: Vec<usize> = x.shape()[..r - 1].to_vec();
@@ -627,6 +635,19 @@ impl Func {
         let y = if rows == 1 {
             let y = self.dot_general(w, &x2, (&[], &[]), (&[1], &[1]));
             self.reshape(&y, &[1, w.dim(0)])
+        } else if rows > PRODUCT_ROWS {
+            // Blocks of at most PRODUCT_ROWS rows, each its own product (see there why).
+            let blocks = rows.div_ceil(PRODUCT_ROWS);
+            let block = rows.div_ceil(blocks).next_multiple_of(16);
+            let parts: Vec<Value> = (0..rows)
+                .step_by(block)
+                .map(|r0| {
+                    let xb = self.slice(&x2, &[r0, 0], &[(r0 + block).min(rows), k]);
+                    self.dot_general(&xb, w, (&[], &[]), (&[1], &[1]))
+                })
+                .collect();
+            let parts: Vec<&Value> = parts.iter().collect();
+            self.concat(&parts, 0)
         } else {
             self.dot_general(&x2, w, (&[], &[]), (&[1], &[1]))
         };
@@ -638,15 +659,31 @@ impl Func {
     /// Softmax over the last dimension (max-subtracted, like the host kernel).
     pub fn softmax_last(&mut self, x: &Value) -> Value {
         let r = x.ty.rank();
-        let shape = x.shape().to_vec();
-        let keep: Vec<usize> = (0..r - 1).collect();
         let m = self.reduce(x, &[r - 1], Reduce::Max);
-        let m = self.broadcast(&m, &shape, &keep);
-        let e = self.sub(x, &m);
-        let e = self.unary(UnaryOp::Exp, &e);
+        let e = self.exp_minus_rows(x, &m);
         let s = self.reduce(&e, &[r - 1], Reduce::Sum);
-        let s = self.broadcast(&s, &shape, &keep);
-        self.div(&e, &s)
+        self.scale_rows_by_inverse(&e, &s)
+    }
+
+    /// `exp(x − m)`, `m` holding one value per row of the last dimension.
+    pub fn exp_minus_rows(&mut self, x: &Value, m: &Value) -> Value {
+        let keep: Vec<usize> = (0..x.ty.rank() - 1).collect();
+        let m = self.broadcast(m, &x.shape().to_vec(), &keep);
+        let e = self.sub(x, &m);
+        self.unary(UnaryOp::Exp, &e)
+    }
+
+    /// `e · (1 / s)`, `s` holding one sum per row of the last dimension: a softmax's last step,
+    /// as the host kernel does it. Written as `e / s`, IREE recognises the whole softmax and
+    /// tiles it so that every tile of the output recomputes its rows' max and sum: 16 × 500 × 500
+    /// took 116 ms on one thread against 8 ms this way (`docs/benchmarks.md`).
+    pub fn scale_rows_by_inverse(&mut self, e: &Value, s: &Value) -> Value {
+        let keep: Vec<usize> = (0..e.ty.rank() - 1).collect();
+        let one = self.splat(1.0, &[]);
+        let one = self.broadcast(&one, &s.shape().to_vec(), &[]);
+        let inv = self.div(&one, s);
+        let inv = self.broadcast(&inv, &e.shape().to_vec(), &keep);
+        self.mul(e, &inv)
     }
 
     /// Mean over the last dimension, broadcast back to `x`'s shape.
@@ -732,6 +769,11 @@ impl Func {
             shape.push((n - w.dim(2 + i)) / strides[i] + 1);
         }
         shape.push(w.dim(0));
+        let (cin, cout) = (x.dim(sp + 1), w.dim(0));
+        let one_input_channel_each = w.dim(1) == 1 && (cin == 1 || (groups == cin && cout == cin));
+        if one_input_channel_each {
+            return self.conv_by_taps(x, w, strides, padding, &shape);
+        }
         let spatial: Vec<String> = (0..sp).map(|i| i.to_string()).collect();
         let s = spatial.join(", ");
         let pad: Vec<String> = padding.iter().map(|(a, b)| format!("[{a}, {b}]")).collect();
@@ -741,6 +783,100 @@ impl Func {
             arr(strides)
         );
         self.op("convolution", &[x, w], &attrs, TensorType::f32(&shape))
+    }
+
+    /// A convolution whose every output channel reads one input channel (a one-channel input,
+    /// or depthwise), built from its kernel taps: each tap is a strided slice of the padded
+    /// input. IREE lowers such a `stablehlo.convolution` to a generic loop nest: the audio
+    /// subsampler's first convolution (one channel in, 1024 out, 3 × 3, stride 2 over 1040 × 80)
+    /// took 103 ms a call that way, for 0.2 GMAC (`docs/benchmarks.md`).
+    ///
+    /// - One input channel: the taps side by side are the im2col matrix `[positions, taps]`, and
+    ///   the convolution is its product with the weights `[out, taps]`.
+    /// - Depthwise: each tap's slice times that tap's per-channel weight, summed over the taps
+    ///   in one elementwise pass (an im2col matrix would be taps × the input).
+    fn conv_by_taps(
+        &mut self,
+        x: &Value,
+        w: &Value,
+        strides: &[usize],
+        padding: &[(usize, usize)],
+        shape: &[usize],
+    ) -> Value {
+        let sp = strides.len();
+        let (cin, cout) = (x.dim(sp + 1), w.dim(0));
+        let x = self.pad(x, &[&[(0, 0)], padding, &[(0, 0)]].concat());
+        let kernel: Vec<Vec<usize>> = (0..sp).fold(vec![vec![]], |acc, i| {
+            acc.iter()
+                .flat_map(|t| (0..w.dim(2 + i)).map(move |k| [t.clone(), vec![k]].concat()))
+                .collect()
+        });
+        // Tap `k` of every output position: `[batch, out…, cin]`.
+        let taps: Vec<Value> = kernel
+            .iter()
+            .map(|k| {
+                let mut start = vec![0];
+                let mut limit = vec![x.dim(0)];
+                let mut step = vec![1];
+                for i in 0..sp {
+                    start.push(k[i]);
+                    limit.push(k[i] + (shape[1 + i] - 1) * strides[i] + 1);
+                    step.push(strides[i]);
+                }
+                start.push(0);
+                limit.push(cin);
+                step.push(1);
+                self.slice_strided(&x, &start, &limit, &step)
+            })
+            .collect();
+        let w_taps = self.reshape(w, &[cout, kernel.len()]);
+        if cin == 1 {
+            let taps: Vec<&Value> = taps.iter().collect();
+            let cols = self.concat(&taps, sp + 1);
+            let positions = shape[..=sp].iter().product();
+            let cols = self.reshape(&cols, &[positions, kernel.len()]);
+            let y = self.linear_t(&cols, &w_taps);
+            return self.reshape(&y, shape);
+        }
+        // `[tap, channel]`, so that each tap's weights are contiguous along the channels the
+        // output vectorises over (as stored they are a kernel's size apart).
+        let w_taps = self.transpose(&w_taps, &[1, 0]);
+        let mut sum: Option<Value> = None;
+        for (t, xs) in taps.iter().enumerate() {
+            let wt = self.slice(&w_taps, &[t, 0], &[t + 1, cout]);
+            let wt = self.reshape(&wt, &[cout]);
+            let wt = self.broadcast(&wt, shape, &[sp + 1]);
+            let term = self.mul(xs, &wt);
+            sum = Some(match sum {
+                None => term,
+                Some(acc) => self.add(&acc, &term),
+            });
+        }
+        sum.expect("a kernel has at least one tap")
+    }
+
+    /// Zero padding, `(low, high)` per dimension.
+    pub fn pad(&mut self, x: &Value, edges: &[(usize, usize)]) -> Value {
+        assert_eq!(edges.len(), x.ty.rank(), "pad rank");
+        if edges.iter().all(|&e| e == (0, 0)) {
+            return x.clone();
+        }
+        let zero = match x.ty.dtype {
+            DType::F32 => self.splat(0.0, &[]),
+            other => panic!("pad of {other:?}"),
+        };
+        let shape: Vec<usize> = (0..edges.len())
+            .map(|i| x.dim(i) + edges[i].0 + edges[i].1)
+            .collect();
+        let low: Vec<usize> = edges.iter().map(|e| e.0).collect();
+        let high: Vec<usize> = edges.iter().map(|e| e.1).collect();
+        let attrs = format!(
+            "edge_padding_low = {}, edge_padding_high = {}, interior_padding = {}",
+            arr(&low),
+            arr(&high),
+            arr(&vec![0; edges.len()])
+        );
+        self.op("pad", &[x, &zero], &attrs, TensorType::new(&shape, x.ty.dtype))
     }
 
     /// Prints the function.

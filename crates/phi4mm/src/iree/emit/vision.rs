@@ -13,7 +13,7 @@
 use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, VisionConfig};
 
-use crate::iree::mlir::{self, Comparison, DType, Func, Reduce, TensorType, UnaryOp, Value};
+use crate::iree::mlir::{self, Comparison, DType, Func, Reduce, TensorType, Value};
 use crate::iree::weights::Weights;
 
 /// Rows per `project` call.
@@ -112,19 +112,14 @@ fn linear(f: &mut Func, x: &Value, l: &LinearW) -> Value {
 /// Neither clamp changes a row with at least one finite entry (its sum is ≥ 1).
 fn softmax_masked(f: &mut Func, x: &Value) -> Value {
     let r = x.ty.rank();
-    let shape = x.shape().to_vec();
-    let keep: Vec<usize> = (0..r - 1).collect();
     let m = f.reduce(x, &[r - 1], Reduce::Max);
     let lo = f.splat(f32::MIN, m.shape());
     let m = f.binary(mlir::BinaryOp::Max, &m, &lo);
-    let m = f.broadcast(&m, &shape, &keep);
-    let e = f.sub(x, &m);
-    let e = f.unary(UnaryOp::Exp, &e);
+    let e = f.exp_minus_rows(x, &m);
     let s = f.reduce(&e, &[r - 1], Reduce::Sum);
     let tiny = f.splat(f32::MIN_POSITIVE, s.shape());
     let s = f.binary(mlir::BinaryOp::Max, &s, &tiny);
-    let s = f.broadcast(&s, &shape, &keep);
-    f.div(&e, &s)
+    f.scale_rows_by_inverse(&e, &s)
 }
 
 /// Bidirectional multi-head attention over `h` `[n, hidden]`; keys with `valid` false get −∞

@@ -21,8 +21,10 @@ if ! ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/x86_64-linux-gnu/libclang-[0-9]
 fi
 
 _iree_lib="$_iree_venv/lib/python3.11/site-packages/iree/compiler/_mlir_libs/libIREECompiler.so"
+# grep reads all of pip's output (no -q): under `set -o pipefail`, pip killed by SIGPIPE would
+# fail the check and rebuild the venv every time.
 if [ ! -x "$_iree_venv/bin/cmake" ] || ! "$_iree_venv/bin/pip" show iree-base-compiler 2>/dev/null \
-    | grep -q "^Version: $_iree_compiler_version"; then
+    | grep "^Version: $_iree_compiler_version" >/dev/null; then
   echo "iree-env: creating $_iree_venv (cmake $_iree_cmake_version, iree-base-compiler $_iree_compiler_version)" >&2
   python3 -m venv "$_iree_venv"
   "$_iree_venv/bin/pip" install -q --disable-pip-version-check \

@@ -247,14 +247,13 @@ impl IreeCompiler {
     /// compiler's first use is not thread-safe in this build. Compiles are CPU-bound on every
     /// core anyway.
     ///
-    /// With `PHI4MM_IREE_DUMP_DIR` set, the MLIR text is also written there, named by its
-    /// sha256, so the emitted module can be inspected with `iree-compile --compile-to=flow`.
+    /// With `PHI4MM_IREE_DUMP_DIR` set, the MLIR text is also written there as `<sha256>.mlir`,
+    /// with the compile's flags beside it (`<sha256>.flags`, one per line; a tuning spec as
+    /// `<sha256>.tuning.mlir`), so the module can be compiled again by hand exactly as here:
+    /// `iree-compile --compile-to=flow`, or `scripts/profile-iree-dispatches.sh`.
     pub fn compile(&self, mlir: &str) -> Result<Vec<u8>> {
         if let Some(dir) = std::env::var_os("PHI4MM_IREE_DUMP_DIR") {
-            let name = format!("{:x}.mlir", sha2::Sha256::digest(mlir.as_bytes()));
-            let written = std::fs::create_dir_all(&dir)
-                .and_then(|()| std::fs::write(std::path::Path::new(&dir).join(name), mlir));
-            if let Err(e) = written {
+            if let Err(e) = self.dump(Path::new(&dir), mlir) {
                 eprintln!("PHI4MM_IREE_DUMP_DIR: the MLIR was not written: {e}");
             }
         }
@@ -285,5 +284,22 @@ impl IreeCompiler {
             .compiler
             .compile_str(mlir, &flags)
             .map_err(|e| IreeError::Compile(e.to_string()))
+    }
+
+    /// Writes `mlir` and the flags that compile it into `dir` (see [`IreeCompiler::compile`]).
+    fn dump(&self, dir: &Path, mlir: &str) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let stem = format!("{:x}", sha2::Sha256::digest(mlir.as_bytes()));
+        std::fs::write(dir.join(format!("{stem}.mlir")), mlir)?;
+        let mut flags = self.flags.clone();
+        flags.push(match self.tuning_spec {
+            Some(spec) => {
+                let path = dir.join(format!("{stem}.tuning.mlir"));
+                std::fs::write(&path, spec)?;
+                format!("{TUNING_SPEC}={}", path.display())
+            }
+            None => format!("{TUNING_SPEC}="),
+        });
+        std::fs::write(dir.join(format!("{stem}.flags")), flags.join("\n") + "\n")
     }
 }

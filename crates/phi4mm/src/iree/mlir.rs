@@ -668,7 +668,7 @@ impl Func {
     /// `exp(x − m)`, `m` holding one value per row of the last dimension.
     pub fn exp_minus_rows(&mut self, x: &Value, m: &Value) -> Value {
         let keep: Vec<usize> = (0..x.ty.rank() - 1).collect();
-        let m = self.broadcast(m, &x.shape().to_vec(), &keep);
+        let m = self.broadcast(m, x.shape(), &keep);
         let e = self.sub(x, &m);
         self.unary(UnaryOp::Exp, &e)
     }
@@ -680,9 +680,9 @@ impl Func {
     pub fn scale_rows_by_inverse(&mut self, e: &Value, s: &Value) -> Value {
         let keep: Vec<usize> = (0..e.ty.rank() - 1).collect();
         let one = self.splat(1.0, &[]);
-        let one = self.broadcast(&one, &s.shape().to_vec(), &[]);
+        let one = self.broadcast(&one, s.shape(), &[]);
         let inv = self.div(&one, s);
-        let inv = self.broadcast(&inv, &e.shape().to_vec(), &keep);
+        let inv = self.broadcast(&inv, e.shape(), &keep);
         self.mul(e, &inv)
     }
 
@@ -876,7 +876,12 @@ impl Func {
             arr(&high),
             arr(&vec![0; edges.len()])
         );
-        self.op("pad", &[x, &zero], &attrs, TensorType::new(&shape, x.ty.dtype))
+        self.op(
+            "pad",
+            &[x, &zero],
+            &attrs,
+            TensorType::new(&shape, x.ty.dtype),
+        )
     }
 
     /// Prints the function.

@@ -9,14 +9,15 @@ use crate::checkpoint::{AudioConfig, Checkpoint};
 use crate::model::AudioEncoding;
 
 use super::context::{IreeContext, Rows};
-use super::emit::audio::{emit, window_buckets, SUB_ROWS};
+use super::emit::audio::{emit, sub_chunk, window_buckets, SUB_ROWS};
 use super::error::{IreeError, IreeResult, Result};
 use super::worker::Worker;
 
 struct AudioRt {
     runtime: Runtime,
     _program: Program,
-    subsample: Function,
+    /// `subsample_r{R}` by its chunk size `R`.
+    subsample: Vec<(usize, Function)>,
     windows: Vec<(usize, Function)>,
     weights: Vec<Value>,
 }
@@ -56,7 +57,7 @@ impl IreeAudio {
         let module = emit(ck);
         let buckets = window_buckets(&c);
         let identity = format!(
-            "audio v1 input={} hidden={} heads={} inter={} blocks={} channels={} reduction={} kernel={} bias_dist={} window={} text_hidden={} sub_rows={SUB_ROWS} buckets={buckets:?} f32",
+            "audio v1 input={} hidden={} heads={} inter={} blocks={} channels={} reduction={} kernel={} bias_dist={} window={} text_hidden={} sub_rows={SUB_ROWS:?} buckets={buckets:?} f32",
             c.input_size,
             c.hidden_size,
             c.num_heads,
@@ -87,7 +88,10 @@ impl IreeAudio {
                     .function(&format!("audio.{name}"))
                     .iree(&format!("audio.{name}"))
             };
-            let subsample = func("subsample")?;
+            let subsample = SUB_ROWS
+                .iter()
+                .map(|&r| Ok((r, func(&format!("subsample_r{r}"))?)))
+                .collect::<Result<Vec<_>>>()?;
             let windows = names
                 .iter()
                 .map(|&w| Ok((w, func(&format!("window_w{w}"))?)))
@@ -194,19 +198,21 @@ impl IreeAudio {
         })
     }
 
-    /// The subsampler's `[t, hidden]` rows, `SUB_ROWS` per call: chunk `k` covers frames
-    /// `[8·(k·SUB_ROWS − 1), 8·((k+1)·SUB_ROWS + 1))` (one halo row each side, zeros outside
-    /// the clip) and keeps its rows `1..=SUB_ROWS`.
+    /// The subsampler's `[t, hidden]` rows, in chunks of [`sub_chunk`] rows: a chunk of `R`
+    /// rows starting at row `r0` covers frames `[8·(r0 − 1), 8·(r0 + R + 1))` (one halo row each
+    /// side, zeros outside the clip) and keeps its rows `1..=R`.
     fn subsample(&self, features: &[f32], frames: usize, t: usize) -> Result<Vec<f32>> {
         let c = &self.config;
         let (fin, d) = (c.input_size, c.hidden_size);
         let red = c.time_reduction;
         let stages = c.subsampling_stages();
-        let n = (SUB_ROWS + 2) * red;
         let mut rows = Vec::with_capacity(t * d);
-        for k in 0..t.div_ceil(SUB_ROWS) {
+        let mut r0 = 0;
+        while r0 < t {
+            let chunk = sub_chunk(t - r0);
+            let n = (chunk + 2) * red;
             // Chunk start in frames (−red for the first chunk: its halo lies before the clip).
-            let a = (k * SUB_ROWS * red) as isize - red as isize;
+            let a = (r0 * red) as isize - red as isize;
             let mut x = vec![0.0; n * fin];
             for i in 0..n {
                 let src = a + i as isize;
@@ -231,15 +237,17 @@ impl IreeAudio {
                 let mut args: Vec<Value> = rt.weights.clone();
                 args.push(f32_view(r, &[n, fin], &x)?.into());
                 args.push(i32_view(r, &[bounds.len()], &bounds)?.into());
-                let mut out = rt
+                let (_, function) = rt
                     .subsample
-                    .invoke(args)
-                    .iree("audio.subsample")?
-                    .into_iter();
+                    .iter()
+                    .find(|(r, _)| *r == chunk)
+                    .expect("a function per chunk size");
+                let mut out = function.invoke(args).iree("audio.subsample")?.into_iter();
                 read(&mut out, "audio subsampler output")
             })?;
-            let keep = SUB_ROWS.min(t - k * SUB_ROWS);
+            let keep = chunk.min(t - r0);
             rows.extend_from_slice(&out[d..(1 + keep) * d]);
+            r0 += chunk;
         }
         Ok(rows)
     }

@@ -113,8 +113,10 @@ fn run(layout: &str) {
 }
 
 /// Clip lengths the fixture cases miss, cut from (and tiled from) the long clip, against the
-/// host: one frame, subsampler chunk edges (t = 128, 129; frames not a multiple of 8), a short
-/// clip in the full-window bucket (t = 75), and three attention windows (t = 1009).
+/// host: one frame, subsampler chunk edges (t = 128, 129; frames not a multiple of 8; t = 256,
+/// 257, the first clip in a large chunk, and 385, a large chunk and a small one), a short clip
+/// in the full-window bucket (t = 75), and three attention windows (t = 1009: large, large,
+/// small, small chunks).
 #[test]
 fn chunk_and_window_edges_match_host() {
     let ck = Checkpoint::open(&fixture().join("model")).expect("fixture checkpoint");
@@ -124,7 +126,19 @@ fn chunk_and_window_edges_match_host() {
     let fin = ck.config.audio.input_size;
     let mut tiled = long.features.clone();
     tiled.extend_from_slice(&long.features);
-    for frames in [1, 7, 600, 1023, 1024, 1025, 1031, 2 * long.frames] {
+    for frames in [
+        1,
+        7,
+        600,
+        1023,
+        1024,
+        1025,
+        1031,
+        2048,
+        2049,
+        3073,
+        2 * long.frames,
+    ] {
         let features = &tiled[..frames * fin];
         let got = audio
             .encode(features, frames, AudioBranch::Speech)

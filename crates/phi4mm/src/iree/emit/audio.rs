@@ -1,13 +1,14 @@
 //! The Conformer audio encoder as StableHLO, module `audio`, two kinds of function:
 //!
-//! - `subsample`: normalisation and the NeMo dw-striding subsampler over a fixed chunk of
-//!   `(SUB_ROWS + 2)·8` feature frames → `SUB_ROWS + 2` encoder rows, of which the caller keeps
-//!   rows `1..=SUB_ROWS`. The subsampler is local (output row r sees frames 8r−7 … 8r+7, and every
-//!   intermediate position in that cone lies inside the chunk), so with one row of halo on each
-//!   side a clip of any length is cut into chunks whose kept rows equal the host's whole-clip
-//!   subsampling exactly. The host zero-pads each conv stage at the clip's true edges; here each
-//!   stage's output is masked to its valid range `[lo_k, hi_k)` (chunk-relative, runtime input),
-//!   which reproduces that padding wherever the chunk touches the clip start or end.
+//! - `subsample_r{R}`: normalisation and the NeMo dw-striding subsampler over a fixed chunk of
+//!   `(R + 2)·8` feature frames → `R + 2` encoder rows, of which the caller keeps rows `1..=R`,
+//!   for each `R` in [`SUB_ROWS`]. The subsampler is local (output row r sees frames 8r−7 …
+//!   8r+7, and every intermediate position in that cone lies inside the chunk), so with one row
+//!   of halo on each side a clip of any length is cut into chunks whose kept rows equal the
+//!   host's whole-clip subsampling exactly. The host zero-pads each conv stage at the clip's true
+//!   edges; here each stage's output is masked to its valid range `[lo_k, hi_k)`
+//!   (chunk-relative, runtime input), which reproduces that padding wherever the chunk touches
+//!   the clip start or end.
 //! - `window_w{W}`: the Conformer blocks over one attention window of a static `W` rows plus the
 //!   selected audio projection. The host runs windows of exactly `t` rows when `t ≤ 500` and
 //!   zero-padded windows of 500 (all rows attending) otherwise; here keys at or past the runtime
@@ -24,8 +25,25 @@ use crate::checkpoint::{AudioConfig, Checkpoint};
 use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, TensorType, Value};
 use crate::iree::weights::Weights;
 
-/// Encoder rows one `subsample` call produces for the caller (plus one halo row on each side).
-pub const SUB_ROWS: usize = 128;
+/// Encoder rows one `subsample_r{R}` call produces for the caller (plus one halo row on each
+/// side): a small chunk and a large one. Every call packs the subsampler's weights for IREE's
+/// micro-kernels (the 1024 × 10240 output weight alone took 20–26 ms at real dimensions), so a
+/// long clip goes in large chunks ([`sub_chunk`]): a 30 s clip (375 rows) is one call of 384
+/// instead of three of 128, 742–751 ms against 783–827 for the whole encoder
+/// (`docs/benchmarks.md`).
+pub const SUB_ROWS: [usize; 2] = [128, 384];
+
+/// The chunk the subsampler takes next with `remaining` rows left: the large one while it saves
+/// calls (more than two small chunks' worth), else the small one, so a short clip does not pay
+/// for a large chunk's padding.
+pub fn sub_chunk(remaining: usize) -> usize {
+    let [small, large] = SUB_ROWS;
+    if remaining > 2 * small {
+        large
+    } else {
+        small
+    }
+}
 
 /// Window buckets: a small one for short clips (attention is quadratic in the bucket) and the
 /// full reference window; each bucket is a copy of the whole Conformer in the module, so few.
@@ -250,14 +268,14 @@ fn add_channel_bias(f: &mut Func, x: &Value, b: &Value, channel: usize) -> Value
     f.add(x, &b)
 }
 
-/// `subsample(weights…, features [(SUB_ROWS+2)·8, input_size], bounds [2·(stages+1)] i32)
-/// → [SUB_ROWS+2, hidden]`; `bounds` holds `lo_k, hi_k` per stage (k = 0 the input frames).
-fn emit_subsample(ck: &Checkpoint, w: &mut Weights) -> Func {
+/// `subsample_r{rows}(weights…, features [(rows+2)·8, input_size], bounds [2·(stages+1)] i32)
+/// → [rows+2, hidden]`; `bounds` holds `lo_k, hi_k` per stage (k = 0 the input frames).
+fn emit_subsample(ck: &Checkpoint, rows: usize, w: &mut Weights) -> Func {
     let c = &ck.config.audio;
     let stages = c.subsampling_stages();
-    let mut f = Func::new("subsample");
+    let mut f = Func::new(&format!("subsample_r{rows}"));
     let aw = declare(&mut f, w, ck);
-    let n = (SUB_ROWS + 2) * c.time_reduction;
+    let n = (rows + 2) * c.time_reduction;
     let fin = c.input_size;
     let x = f.arg(TensorType::f32(&[n, fin]));
     let bounds = f.arg(TensorType::i32(&[2 * (stages + 1)]));
@@ -430,10 +448,14 @@ fn emit_window(ck: &Checkpoint, wlen: usize, w: &mut Weights) -> Func {
     f
 }
 
-/// The whole audio module: `subsample` and one `window_w{W}` per bucket.
+/// The whole audio module: one `subsample_r{R}` per chunk size and one `window_w{W}` per
+/// bucket.
 pub fn emit(ck: &Checkpoint) -> AudioModule {
     let mut w = Weights::default();
-    let mut funcs = vec![emit_subsample(ck, &mut w)];
+    let mut funcs: Vec<Func> = SUB_ROWS
+        .iter()
+        .map(|&rows| emit_subsample(ck, rows, &mut w))
+        .collect();
     for wlen in window_buckets(&ck.config.audio) {
         funcs.push(emit_window(ck, wlen, &mut w));
     }

@@ -257,8 +257,7 @@ impl IreeCompiler {
                 eprintln!("PHI4MM_IREE_DUMP_DIR: the MLIR was not written: {e}");
             }
         }
-        // The compiler reads a tuning spec from a file; it lives as long as this compile. The
-        // option is process-wide in the compiler, so a compile without a spec states that too.
+        // The compiler reads a tuning spec from a file; it lives as long as this compile.
         let spec_file = self
             .tuning_spec
             .map(|spec| {
@@ -274,10 +273,7 @@ impl IreeCompiler {
                 IreeError::Compile(format!("writing the tuning spec: {e}"))
             })?;
         let mut flags = self.flags.clone();
-        flags.push(match &spec_file {
-            Some(f) => format!("{TUNING_SPEC}={}", f.path().display()),
-            None => format!("{TUNING_SPEC}="),
-        });
+        flags.push(tuning_spec_flag(spec_file.as_ref().map(|f| f.path())));
         static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         self.library
@@ -291,15 +287,25 @@ impl IreeCompiler {
         std::fs::create_dir_all(dir)?;
         let stem = format!("{:x}", sha2::Sha256::digest(mlir.as_bytes()));
         std::fs::write(dir.join(format!("{stem}.mlir")), mlir)?;
-        let mut flags = self.flags.clone();
-        flags.push(match self.tuning_spec {
+        let spec_path = match self.tuning_spec {
             Some(spec) => {
                 let path = dir.join(format!("{stem}.tuning.mlir"));
                 std::fs::write(&path, spec)?;
-                format!("{TUNING_SPEC}={}", path.display())
+                Some(path)
             }
-            None => format!("{TUNING_SPEC}="),
-        });
+            None => None,
+        };
+        let mut flags = self.flags.clone();
+        flags.push(tuning_spec_flag(spec_path.as_deref()));
         std::fs::write(dir.join(format!("{stem}.flags")), flags.join("\n") + "\n")
+    }
+}
+
+/// The tuning-spec option for a compile: the spec's file, or empty. The option is process-wide
+/// in the compiler, so a compile without a spec states that too.
+fn tuning_spec_flag(spec: Option<&Path>) -> String {
+    match spec {
+        Some(path) => format!("{TUNING_SPEC}={}", path.display()),
+        None => format!("{TUNING_SPEC}="),
     }
 }

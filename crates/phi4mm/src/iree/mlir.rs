@@ -679,8 +679,7 @@ impl Func {
     /// took 116 ms on one thread against 8 ms this way (`docs/benchmarks.md`).
     pub fn scale_rows_by_inverse(&mut self, e: &Value, s: &Value) -> Value {
         let keep: Vec<usize> = (0..e.ty.rank() - 1).collect();
-        let one = self.splat(1.0, &[]);
-        let one = self.broadcast(&one, s.shape(), &[]);
+        let one = self.splat(1.0, s.shape());
         let inv = self.div(&one, s);
         let inv = self.broadcast(&inv, e.shape(), &keep);
         self.mul(e, &inv)

@@ -26,7 +26,7 @@ use prometheus_client::{
 };
 use std::{
     fmt::Write,
-    sync::{atomic::AtomicU64, Arc},
+    sync::{atomic::AtomicU64, Arc, Mutex},
     time::Duration,
 };
 
@@ -273,6 +273,10 @@ pub struct InstanceSeries {
     pub vllm: RequestSeries,
     time_to_first_token: Histogram,
     latency: Histogram,
+    /// The `switchyard_requests_total` counters of this instance's finished requests (status
+    /// 200), by requested model and endpoint. Every successful request counts into one: found
+    /// here, it costs no label set built (three strings allocated) and hashed.
+    finished: Mutex<Vec<(String, &'static str, Counter)>>,
 }
 
 impl InstanceSeries {
@@ -353,6 +357,7 @@ impl Metrics {
             },
             time_to_first_token: self.0.time_to_first_token.get_or_create(&served_by).clone(),
             latency: self.0.latency.get_or_create(&served_by).clone(),
+            finished: Mutex::default(),
             served,
             served_by,
         }
@@ -360,6 +365,9 @@ impl Metrics {
 
     pub fn request_ended(&self, end: &RequestEnd<'_>) {
         end.series.latency.observe(end.duration.as_secs_f64());
+        if end.status == 200 && end.error.is_none() {
+            return self.count_finished(end.series, end.model, end.endpoint);
+        }
         self.count(
             &end.series.served_by,
             end.model,
@@ -372,6 +380,31 @@ impl Metrics {
     /// A request refused before any instance took it (bad input, unknown model, all full, ...).
     pub fn request_refused(&self, model: &str, endpoint: &'static str, status: u16, kind: &str) {
         self.count(&ServedBy::default(), model, endpoint, status, Some(kind));
+    }
+
+    /// [`Self::count`] for a finished request, through the instance's own counters.
+    fn count_finished(&self, series: &InstanceSeries, model: &str, endpoint: &'static str) {
+        let mut finished = series.finished.lock().unwrap();
+        if let Some((_, _, counter)) = finished
+            .iter()
+            .find(|(m, e, _)| *e == endpoint && m == model)
+        {
+            counter.inc();
+            return;
+        }
+        let counter = self
+            .0
+            .requests
+            .get_or_create(&RequestLabels {
+                instance: series.served_by.instance.clone(),
+                plugin_version: series.served_by.plugin_version.clone(),
+                model: Label::from(model),
+                endpoint,
+                status: 200,
+            })
+            .clone();
+        counter.inc();
+        finished.push((model.to_string(), endpoint, counter));
     }
 
     fn count(

@@ -20,7 +20,9 @@ pub struct RouteTable {
 struct Route {
     modalities: Vec<Modality>,
     header: Option<(HeaderName, String)>,
-    backends: Vec<(Arc<Instance>, i64)>,
+    backends: Vec<Arc<Instance>>,
+    /// Beside `backends`.
+    weights: Vec<i64>,
     fallbacks: Vec<Arc<Instance>>,
     /// Smooth weighted round-robin state (nginx's algorithm): deterministic, and any window of
     /// `sum(weights)` picks has each backend exactly `weight` times.
@@ -51,11 +53,8 @@ impl RouteTable {
             for name in &route.models {
                 by_name.entry(name.clone()).or_default().push(index);
             }
-            let backends: Vec<_> = route
-                .backends
-                .iter()
-                .map(|b| (get(&b.model), b.weight as i64))
-                .collect();
+            let backends: Vec<_> = route.backends.iter().map(|b| get(&b.model)).collect();
+            let weights = route.backends.iter().map(|b| b.weight as i64).collect();
             routes.push(Route {
                 modalities: route
                     .modalities
@@ -69,6 +68,7 @@ impl RouteTable {
                 }),
                 current: Mutex::new(vec![0; backends.len()]),
                 backends,
+                weights,
                 fallbacks: route.fallbacks.iter().map(|f| get(f)).collect(),
             });
         }
@@ -83,13 +83,14 @@ impl RouteTable {
         &self.instances
     }
 
-    /// Candidates for a request, best first.
+    /// Candidates for a request, best first. They borrow from the table: resolving allocates
+    /// nothing, for it runs on every request.
     pub fn resolve(
         &self,
         model: &str,
         modality: Modality,
         headers: &HeaderMap,
-    ) -> Result<Vec<Arc<Instance>>, RouteError> {
+    ) -> Result<Candidates<'_>, RouteError> {
         if let Some(indices) = self.by_name.get(model) {
             for &i in indices {
                 let route = &self.routes[i];
@@ -106,7 +107,10 @@ impl RouteTable {
         }
         // Every instance is also addressable by its own name.
         match self.instances.get(model) {
-            Some(instance) => Ok(vec![instance.clone()]),
+            Some(instance) => Ok(Candidates {
+                chosen: instance,
+                fallbacks: &[],
+            }),
             None => Err(RouteError::UnknownModel(model.into())),
         }
     }
@@ -124,21 +128,36 @@ impl Route {
         modality_ok && header_ok
     }
 
-    fn candidates(&self) -> Vec<Arc<Instance>> {
-        let chosen = self.pick();
-        let mut out = Vec::with_capacity(1 + self.fallbacks.len());
-        out.push(self.backends[chosen].0.clone());
-        for fallback in &self.fallbacks {
-            if !out.iter().any(|i| Arc::ptr_eq(i, fallback)) {
-                out.push(fallback.clone());
-            }
+    fn candidates(&self) -> Candidates<'_> {
+        let chosen = smooth_weighted_pick(&mut self.current.lock().unwrap(), &self.weights);
+        Candidates {
+            chosen: &self.backends[chosen],
+            fallbacks: &self.fallbacks,
         }
-        out
+    }
+}
+
+/// A request's candidate instances: the weighted choice, then the route's fallbacks, each
+/// instance once.
+#[derive(Clone, Copy)]
+pub struct Candidates<'a> {
+    chosen: &'a Arc<Instance>,
+    fallbacks: &'a [Arc<Instance>],
+}
+
+impl<'a> Candidates<'a> {
+    /// The best candidate.
+    pub fn first(&self) -> &'a Arc<Instance> {
+        self.chosen
     }
 
-    fn pick(&self) -> usize {
-        let weights: Vec<i64> = self.backends.iter().map(|(_, w)| *w).collect();
-        smooth_weighted_pick(&mut self.current.lock().unwrap(), &weights)
+    /// Every candidate, best first, without repeats.
+    pub fn iter(&self) -> impl Iterator<Item = &'a Arc<Instance>> + 'a {
+        let (chosen, fallbacks) = (self.chosen, self.fallbacks);
+        let fallbacks = fallbacks.iter().enumerate().filter(move |&(i, f)| {
+            !Arc::ptr_eq(f, chosen) && !fallbacks[..i].iter().any(|g| Arc::ptr_eq(f, g))
+        });
+        std::iter::once(chosen).chain(fallbacks.map(|(_, f)| f))
     }
 }
 

@@ -85,6 +85,13 @@ impl Runtime {
         self.current.load_full()
     }
 
+    /// `retry_after_secs` of the current `[server]`, read without taking a reference to the
+    /// deployment: every request asks, and each reference taken and dropped is a write to a
+    /// count that all the server's threads share.
+    pub fn retry_after_secs(&self) -> u32 {
+        self.current.load().config.server().retry_after_secs
+    }
+
     pub fn registry(&self) -> &Registry {
         &self.registry
     }

@@ -84,10 +84,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let candidates = deployment
             .table
             .resolve(&model, modality, &Default::default())?;
-        let instance = candidates
-            .first()
-            .expect("resolve returns at least one")
-            .clone();
+        let instance = candidates.first().clone();
         let started = std::time::Instant::now();
         let events = EventStream::open(&instance, request, &runtime.metrics, &model, started)
             .map_err(|r| anyhow::anyhow!("{} refused the request: {r:?}", instance.name))?;

@@ -60,7 +60,7 @@ async fn chat(
         model: request.model.clone(),
     };
     let logprobs = request.logprobs_format();
-    let retry_after = runtime.current().config.server().retry_after_secs;
+    let retry_after = runtime.retry_after_secs();
     if request.generation.stream {
         let include_usage = request.generation.include_usage();
         let body = stream_answer(

@@ -30,10 +30,14 @@ pub fn dispatch(
             "the server is shutting down (SIGTERM); send the request to another replica",
         ));
     }
-    let retry_after = runtime.current().config.server().retry_after_secs;
+    // One snapshot of the deployment per resolve: each read of it touches a reference count
+    // that every request shares.
+    let mut deployment = runtime.current();
+    let server = deployment.config.server();
+    let retry_after = server.retry_after_secs;
     // The wall-clock limit from the request's arrival: the plugin gets it as the deadline, and
     // the event stream ends the request there if the plugin does not.
-    let timeout_secs = runtime.current().config.server().request_timeout_secs;
+    let timeout_secs = server.request_timeout_secs;
     let deadline = started + Duration::from_secs_f64(timeout_secs);
     let unix_deadline = SystemTime::now() + deadline.saturating_duration_since(Instant::now());
     let unix_ms = unix_deadline
@@ -41,13 +45,14 @@ pub fn dispatch(
         .map_or(0, |d| d.as_millis() as u64);
     submission.request.deadline_unix_ms = ROption::RSome(unix_ms);
     let modality = submission.request.modality();
-    let mut last_generation = None;
-    for _ in 0..RESOLVE_ATTEMPTS {
-        let deployment = runtime.current();
-        if last_generation == Some(deployment.generation) {
-            break;
+    for attempt in 0..RESOLVE_ATTEMPTS {
+        if attempt > 0 {
+            let next = runtime.current();
+            if next.generation == deployment.generation {
+                break;
+            }
+            deployment = next;
         }
-        last_generation = Some(deployment.generation);
         let candidates =
             deployment
                 .table
@@ -57,9 +62,9 @@ pub fn dispatch(
                     RouteError::NoMatch { .. } => ApiError::invalid_param("model", e.to_string()),
                 })?;
         let (mut full, mut unavailable, mut unsupported) = (None, None, None);
-        for instance in candidates {
+        for instance in candidates.iter() {
             let metrics = &runtime.metrics;
-            match EventStream::open(&instance, submission.clone(), metrics, model, started) {
+            match EventStream::open(instance, submission.clone(), metrics, model, started) {
                 Ok(events) => return Ok(events.with_deadline(deadline, timeout_secs)),
                 Err(Refusal::Full(m)) => full = Some(m),
                 Err(Refusal::Unavailable(m)) => unavailable = Some(m),

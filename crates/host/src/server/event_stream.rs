@@ -118,6 +118,9 @@ pub struct EventStream {
     logprobs_wanted: bool,
     ended: bool,
     deadline: Option<Deadline>,
+    /// When the batch of events being read was taken from the channel: the arrival time of
+    /// each of its tokens (they arrived together; one clock read serves them all).
+    batch_taken: Instant,
 }
 
 /// The host's wall-clock limit of a request.
@@ -151,6 +154,7 @@ impl EventStream {
             logprobs_wanted,
             ended: false,
             deadline: None,
+            batch_taken: started,
         })
     }
 
@@ -221,8 +225,15 @@ impl EventStream {
             // check, once per batch of events taken from the channel, keeps a plugin that never
             // lets the channel run dry from outliving it.
             let event = match self.events.poll_recv(cx) {
-                Poll::Ready(event) if !(self.events.began_batch() && self.past_deadline()) => event,
-                Poll::Ready(_) => return Poll::Ready(self.deadline_passed()),
+                Poll::Ready(event) => {
+                    if self.events.began_batch() {
+                        self.batch_taken = Instant::now();
+                        if self.past_deadline() {
+                            return Poll::Ready(self.deadline_passed());
+                        }
+                    }
+                    event
+                }
                 Poll::Pending => {
                     let deadline = self.deadline.as_mut().map(|d| d.sleep.as_mut());
                     if deadline.is_some_and(|sleep| sleep.poll(cx).is_ready()) {
@@ -240,7 +251,7 @@ impl EventStream {
     fn past_deadline(&self) -> bool {
         self.deadline
             .as_ref()
-            .is_some_and(|d| tokio::time::Instant::now() >= d.sleep.deadline())
+            .is_some_and(|d| tokio::time::Instant::from_std(self.batch_taken) >= d.sleep.deadline())
     }
 
     fn deadline_passed(&mut self) -> Step {
@@ -256,7 +267,7 @@ impl EventStream {
     /// Reads one event and does what it implies for the admission and the record.
     fn step(&mut self, event: Option<Event>) -> Option<Step> {
         match &event {
-            Some(Event::Token { .. }) => self.record.token(),
+            Some(Event::Token { .. }) => self.record.token(self.batch_taken),
             Some(Event::Started { prompt_tokens }) => self.record.started(*prompt_tokens),
             _ => {}
         }

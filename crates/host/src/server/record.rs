@@ -46,8 +46,8 @@ impl RequestRecord {
         self.series.vllm.prompt(prompt_tokens);
     }
 
-    pub fn token(&mut self) {
-        let now = Instant::now();
+    /// A token arrived at `now`.
+    pub fn token(&mut self, now: Instant) {
         match self.last_token.replace(now) {
             None => {
                 let after = now - self.started;

@@ -182,7 +182,7 @@ async fn transcribe(
         .await
         .map_err(|e| Refused::new(runtime.model_label(&model), e))?;
     let instance = events.instance().clone();
-    let retry_after = runtime.current().config.server().retry_after_secs;
+    let retry_after = runtime.retry_after_secs();
     let response = if form.stream {
         stream_transcript(events, retry_after).into_response()
     } else {

@@ -14,6 +14,8 @@
 # 'token_delay_ms = 0, slots = 256, pool = true'. Needs valgrind, python3 and the release
 # binaries that scripts/bench-router.sh builds. BIN_DIR (default $CARGO_TARGET_DIR/release)
 # names another directory holding `switchyard` and the echo plugin (an older build, to compare).
+# CACHE_SIM=1 also simulates the caches (32 KiB 8-way L1i and L1d, a 512 KiB 8-way last level,
+# 64-byte lines) and prints each miss count per request beside the instructions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:?switchyard, baseline or baseline-typed}
@@ -45,8 +47,12 @@ baseline) cmd=("$target_dir/release/router-baseline" "127.0.0.1:$port") ;;
 baseline-typed) cmd=("$target_dir/release/router-baseline" "127.0.0.1:$port" typed) ;;
 *) echo "switchyard, baseline or baseline-typed, not $which" >&2; exit 2 ;;
 esac
-XDG_CACHE_HOME=$work/cache valgrind --tool=callgrind --callgrind-out-file="$out/$which.%p" \
-    "${cmd[@]}" >"$work/log" 2>&1 &
+cache_sim=()
+if [ "${CACHE_SIM:-0}" = 1 ]; then
+    cache_sim=(--cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64)
+fi
+XDG_CACHE_HOME=$work/cache valgrind --tool=callgrind "${cache_sim[@]}" \
+    --callgrind-out-file="$out/$which.%p" "${cmd[@]}" >"$work/log" 2>&1 &
 pid=$!
 body='{"model":"bot","messages":[{"role":"user","content":"the quick brown fox jumps over the lazy dog"}]}'
 url=http://127.0.0.1:$port/v1/chat/completions
@@ -77,11 +83,18 @@ requests=$((requests / 8 * 8))
 callgrind_control -d "$pid" >/dev/null
 sleep 1
 dump=$(ls -t "$out/$which.$pid".* | head -1)
-total=$(sed -n 's/^summary: //p' "$dump")
+# Without the cache simulation the summary is the instruction count alone.
+read -r -a counts <<<"$(sed -n 's/^summary: //p' "$dump")"
+read -r -a events <<<"$(sed -n 's/^events: //p' "$dump")"
+total=${counts[0]}
 callgrind_annotate --inclusive=yes "$dump" >"$out/$which.annotate.txt" 2>/dev/null || true
 # The baseline has no signal handler of its own; under valgrind it may not die of SIGINT.
 kill -INT "$pid"
 for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
 kill -KILL "$pid" 2>/dev/null || true
-echo "{\"profile\":\"$which\",\"settings\":\"$settings\",\"requests\":$requests,\"instructions\":$total,\"per_request\":$((total / requests))}"
+per_request=""
+for i in "${!events[@]}"; do
+    per_request+=",\"${events[$i]}\":$(python3 -c "print(round(${counts[$i]} / $requests, 1))")"
+done
+echo "{\"profile\":\"$which\",\"settings\":\"$settings\",\"requests\":$requests,\"instructions\":$total,\"per_request\":$((total / requests)),\"per_request_events\":{${per_request#,}}}"
 echo "annotated: $out/$which.annotate.txt" >&2

@@ -153,12 +153,19 @@ impl<'a> Candidates<'a> {
 
     /// Every candidate, best first, without repeats.
     pub fn iter(&self) -> impl Iterator<Item = &'a Arc<Instance>> + 'a {
-        let (chosen, fallbacks) = (self.chosen, self.fallbacks);
-        let fallbacks = fallbacks.iter().enumerate().filter(move |&(i, f)| {
-            !Arc::ptr_eq(f, chosen) && !fallbacks[..i].iter().any(|g| Arc::ptr_eq(f, g))
-        });
-        std::iter::once(chosen).chain(fallbacks.map(|(_, f)| f))
+        chosen_then_fallbacks(self.chosen, self.fallbacks)
     }
+}
+
+/// `chosen`, then each of `fallbacks` that is neither `chosen` nor an earlier fallback.
+fn chosen_then_fallbacks<'a, T>(
+    chosen: &'a Arc<T>,
+    fallbacks: &'a [Arc<T>],
+) -> impl Iterator<Item = &'a Arc<T>> + 'a {
+    let rest = fallbacks.iter().enumerate().filter(move |&(i, f)| {
+        !Arc::ptr_eq(f, chosen) && !fallbacks[..i].iter().any(|g| Arc::ptr_eq(f, g))
+    });
+    std::iter::once(chosen).chain(rest.map(|(_, f)| f))
 }
 
 /// One step of smooth weighted round-robin: every weight is added to its running value, the
@@ -178,7 +185,27 @@ fn smooth_weighted_pick(current: &mut [i64], weights: &[i64]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::smooth_weighted_pick;
+    use super::{chosen_then_fallbacks, smooth_weighted_pick};
+    use std::sync::Arc;
+
+    #[test]
+    fn candidates_are_the_choice_then_each_other_fallback_once() {
+        let (a, b, c) = (Arc::new('a'), Arc::new('b'), Arc::new('c'));
+        let names = |chosen: &Arc<char>, fallbacks: &[Arc<char>]| -> String {
+            chosen_then_fallbacks(chosen, fallbacks)
+                .map(|x| **x)
+                .collect()
+        };
+        assert_eq!(names(&a, &[]), "a");
+        assert_eq!(names(&a, &[b.clone(), c.clone()]), "abc");
+        // The chosen backend is also a fallback, and a fallback is named twice.
+        assert_eq!(
+            names(&b, &[a.clone(), b.clone(), a.clone(), c.clone()]),
+            "bac"
+        );
+        // Equal values in different instances are different candidates.
+        assert_eq!(names(&a, &[Arc::new('a')]), "aa");
+    }
 
     #[test]
     fn weights_are_exact_in_every_window_and_interleaved() {

@@ -14,10 +14,11 @@ use axum::{
 };
 use std::sync::Arc;
 
+// Header names as constants: checked once, at compile time, not on every response.
 /// Names the instance that served a response.
-pub const SERVED_BY_INSTANCE: &str = "x-switchyard-instance";
+pub const SERVED_BY_INSTANCE: HeaderName = HeaderName::from_static("x-switchyard-instance");
 /// Names the plugin version (`name@version`) that served a response.
-pub const SERVED_BY_PLUGIN: &str = "x-switchyard-plugin";
+pub const SERVED_BY_PLUGIN: HeaderName = HeaderName::from_static("x-switchyard-plugin");
 
 /// A response from the instance that took the request, success or not.
 pub struct Served {
@@ -62,7 +63,7 @@ impl IntoResponse for Served {
         let names = [SERVED_BY_INSTANCE, SERVED_BY_PLUGIN];
         for (name, value) in names.into_iter().zip(self.instance.served_by_headers()) {
             if let Some(value) = value {
-                headers.insert(HeaderName::from_static(name), value.clone());
+                headers.insert(name, value.clone());
             }
         }
         response

@@ -125,7 +125,11 @@ pub struct EventStream {
 
 /// The host's wall-clock limit of a request.
 struct Deadline {
-    sleep: Pin<Box<tokio::time::Sleep>>,
+    /// When the limit passes.
+    at: Instant,
+    /// The timer, made the first time the stream has to wait: a request whose events are all
+    /// there when it is read (a fast plugin's) never makes one.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     /// `request_timeout_secs`, for the error.
     secs: f64,
 }
@@ -162,7 +166,8 @@ impl EventStream {
     /// the limit the error names. (The plugin got the same deadline in the request.)
     pub fn with_deadline(mut self, at: Instant, secs: f64) -> Self {
         self.deadline = Some(Deadline {
-            sleep: Box::pin(tokio::time::sleep_until(at.into())),
+            at,
+            sleep: None,
             secs,
         });
         self
@@ -221,7 +226,8 @@ impl EventStream {
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
         loop {
             // The events first: a request whose events are already there (a fast plugin) then
-            // never registers its deadline's timer, which is most of the timer's cost. The clock
+            // never makes its deadline's timer (an allocation and a place in tokio's timer
+            // wheel), for the timer is made only when the stream has to wait. The clock
             // check, once per batch of events taken from the channel, keeps a plugin that never
             // lets the channel run dry from outliving it.
             let event = match self.events.poll_recv(cx) {
@@ -235,9 +241,14 @@ impl EventStream {
                     event
                 }
                 Poll::Pending => {
-                    let deadline = self.deadline.as_mut().map(|d| d.sleep.as_mut());
-                    if deadline.is_some_and(|sleep| sleep.poll(cx).is_ready()) {
-                        return Poll::Ready(self.deadline_passed());
+                    if let Some(d) = &mut self.deadline {
+                        let at = d.at;
+                        let sleep = d
+                            .sleep
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.into())));
+                        if sleep.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(self.deadline_passed());
+                        }
                     }
                     return Poll::Pending;
                 }
@@ -251,7 +262,7 @@ impl EventStream {
     fn past_deadline(&self) -> bool {
         self.deadline
             .as_ref()
-            .is_some_and(|d| tokio::time::Instant::from_std(self.batch_taken) >= d.sleep.deadline())
+            .is_some_and(|d| self.batch_taken >= d.at)
     }
 
     fn deadline_passed(&mut self) -> Step {

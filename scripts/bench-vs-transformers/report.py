@@ -65,10 +65,13 @@ def main():
     # The compute bound of prefill, from `phi4mm bench` (absent from runs before it measured one).
     prefill_bound = ""
     if "peak_gflops" in bench:
+        unit = bench["peak_vector_path"]
+        if unit == "amx":
+            unit = "amx: the tiles' bf16 rate ÷ 3, for an f32 product is three tile products"
         prefill_bound = (
             f" Prefill in `phi4mm bench` at {bench['prefill_gflops']:.0f} GFLOP/s, "
-            f"**{bench['prefill_fraction_of_peak']:.2f}** of the peak FMA throughput measured in "
-            f"the same run ({bench['peak_gflops']:.0f} GFLOP/s, {bench['peak_vector_path']})."
+            f"**{bench['prefill_fraction_of_peak']:.2f}** of the peak throughput measured in "
+            f"the same run ({bench['peak_gflops']:.0f} GFLOP/s, {unit})."
         )
     load_before = open(os.path.join(a.dir, "load_before")).read().split()[:3]
     load_after = open(os.path.join(a.dir, "load_after")).read().split()[:3]

@@ -1,6 +1,8 @@
 //! The compute bound of this CPU: f32 FMA throughput on registers alone, on every thread, on the
-//! widest vector path it has. A GEMM cannot beat it, so prefill and encoder figures are reported
-//! as fractions of it, measured in the same run (the machines are shared and their clocks move).
+//! widest vector path it has; or, when the kernels run on AMX tiles, the tiles' throughput on
+//! registers alone divided by three (an f32 product there is three bf16 tile products). A GEMM
+//! cannot beat it, so prefill and encoder figures are reported as fractions of it, measured in
+//! the same run (the machines are shared and their clocks move).
 
 use std::time::Instant;
 
@@ -10,9 +12,16 @@ use rayon::prelude::*;
 const CHAINS: usize = 12;
 const ITERS: usize = 20_000_000;
 
-/// Peak f32 GFLOP/s over the current rayon pool's threads (best of 3), and the vector width
-/// used (`"avx512"`, `"avx2"`, or `"scalar"` where neither exists).
+/// Peak f32 GFLOP/s over the current rayon pool's threads (best of 3), and the unit used
+/// (`"amx"` when the active kernel path is AMX, else the vector width: `"avx512"`, `"avx2"`, or
+/// `"scalar"` where neither exists).
 pub fn peak_gflops() -> (f64, &'static str) {
+    #[cfg(target_arch = "x86_64")]
+    if switchyard_phi4mm::kernels::path::active()
+        == switchyard_phi4mm::kernels::path::KernelPath::Amx
+    {
+        return (amx_peak_gflops(), "amx");
+    }
     let (lanes, name, run): (usize, _, fn(usize) -> f32) = widest();
     let threads = rayon::current_num_threads();
     let flops = (2 * CHAINS * lanes * ITERS * threads) as f64;
@@ -25,6 +34,26 @@ pub fn peak_gflops() -> (f64, &'static str) {
         })
         .fold(f64::INFINITY, f64::min);
     (flops / best / 1e9, name)
+}
+
+/// The tiles' bf16 peak over the pool's threads (best of 3), as f32 GFLOP/s: a third of it.
+#[cfg(target_arch = "x86_64")]
+fn amx_peak_gflops() -> f64 {
+    use switchyard_phi4mm::kernels::amx;
+    const ROUNDS: usize = 2_000_000;
+    let threads = rayon::current_num_threads();
+    let flops = (6 * ROUNDS * amx::FLOPS_PER_TILE_PRODUCT * threads) as f64 / 3.0;
+    let best = (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            (0..threads).into_par_iter().for_each(|_| {
+                // SAFETY: the active path is AMX, which is only chosen where it is supported.
+                unsafe { amx::tile_products(ROUNDS) }
+            });
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    flops / best / 1e9
 }
 
 #[cfg(target_arch = "x86_64")]

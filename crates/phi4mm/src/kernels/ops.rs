@@ -72,7 +72,7 @@ pub fn exp_in_place(v: &mut [f32]) {
 fn exp_in_place_on(path: KernelPath, v: &mut [f32]) {
     assert!(path.supported(), "kernel path {path} not supported");
     #[cfg(target_arch = "x86_64")]
-    if path == KernelPath::Avx512 {
+    if path.vector() == KernelPath::Avx512 {
         // SAFETY: the CPU supports AVX-512 (asserted above).
         unsafe { super::avx512::exp_in_place_avx512(v) };
         return;

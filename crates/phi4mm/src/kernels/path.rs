@@ -1,8 +1,9 @@
-//! Which instruction set the bf16 GEMV runs on: the best the CPU has (AVX-512, then AVX2+FMA,
-//! then portable scalar code), unless forced.
+//! Which instruction set the bf16 kernels run on: the best the CPU has (AMX tiles for many-row
+//! products with AVX-512 for the rest, then AVX-512, then AVX2+FMA, then portable scalar code),
+//! unless forced.
 //!
 //! Forcing exists to test and measure every path on one machine: the environment variable
-//! `SWITCHYARD_PHI4MM_KERNELS` (`auto`, `avx512`, `avx2`, `scalar`), read once at the first kernel
+//! `SWITCHYARD_PHI4MM_KERNELS` (`auto`, `amx`, `avx512`, `avx2`, `scalar`), read once at the first kernel
 //! call, or [`force`] from code (tests, benchmarks). A path the CPU lacks is never run: asking for
 //! it falls back to the best supported one with a warning on stderr (the env var) or an error
 //! ([`force`]). All paths compute the same f32 sums (widened bf16 weights, f32 accumulation); they
@@ -17,6 +18,8 @@ pub const ENV_VAR: &str = "SWITCHYARD_PHI4MM_KERNELS";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelPath {
+    /// AMX-BF16 tiles for the many-row products (prefill, encoders: `amx`), AVX-512 for the rest.
+    Amx,
     /// AVX-512F + BW + VL (16 bf16 widened per instruction, masked tails).
     Avx512,
     /// AVX2 + FMA (8 bf16 widened per instruction).
@@ -26,19 +29,35 @@ pub enum KernelPath {
 }
 
 impl KernelPath {
-    pub const ALL: [KernelPath; 3] = [KernelPath::Avx512, KernelPath::Avx2, KernelPath::Scalar];
+    pub const ALL: [KernelPath; 4] = [
+        KernelPath::Amx,
+        KernelPath::Avx512,
+        KernelPath::Avx2,
+        KernelPath::Scalar,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
+            KernelPath::Amx => "amx",
             KernelPath::Avx512 => "avx512",
             KernelPath::Avx2 => "avx2",
             KernelPath::Scalar => "scalar",
         }
     }
 
+    /// The path of the one- to few-row kernels (GEMV, exponentials): AMX has none of its own.
+    pub fn vector(self) -> KernelPath {
+        match self {
+            KernelPath::Amx => KernelPath::Avx512,
+            p => p,
+        }
+    }
+
     /// Whether this CPU can run the path.
     pub fn supported(self) -> bool {
         match self {
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Amx => KernelPath::Avx512.supported() && super::amx::supported(),
             #[cfg(target_arch = "x86_64")]
             KernelPath::Avx512 => {
                 static HAS: OnceLock<bool> = OnceLock::new();
@@ -56,7 +75,7 @@ impl KernelPath {
                 })
             }
             #[cfg(not(target_arch = "x86_64"))]
-            KernelPath::Avx512 | KernelPath::Avx2 => false,
+            KernelPath::Amx | KernelPath::Avx512 | KernelPath::Avx2 => false,
             KernelPath::Scalar => true,
         }
     }
@@ -66,6 +85,7 @@ impl KernelPath {
             KernelPath::Avx512 => 1,
             KernelPath::Avx2 => 2,
             KernelPath::Scalar => 3,
+            KernelPath::Amx => 4,
         }
     }
 
@@ -152,7 +172,7 @@ pub fn parse(v: &str) -> Result<Option<KernelPath>, String> {
             .into_iter()
             .find(|p| p.name() == s)
             .map(Some)
-            .ok_or_else(|| format!("{ENV_VAR}={v} is not one of auto, avx512, avx2, scalar")),
+            .ok_or_else(|| format!("{ENV_VAR}={v} is not one of auto, amx, avx512, avx2, scalar")),
     }
 }
 

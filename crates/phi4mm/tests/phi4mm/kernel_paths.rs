@@ -1,4 +1,4 @@
-//! Every model case of the fixture on each kernel path (AVX-512, AVX2, scalar), forced for the
+//! Every model case of the fixture on each kernel path (AMX, AVX-512, AVX2, scalar), forced for the
 //! whole process: the same tolerances as the default path. A path this CPU lacks is reported on
 //! stderr outside the test harness's capture (`SKIPPED: …`), so the skip shows in the output.
 
@@ -46,6 +46,11 @@ fn every_case_on(p: KernelPath) {
             run_case(layout, case);
         }
     }
+}
+
+#[test]
+fn every_case_on_amx() {
+    every_case_on(KernelPath::Amx);
 }
 
 #[test]

@@ -23,6 +23,24 @@ unsafe fn widen16(p: *const u16, m: __mmask16) -> __m512 {
     }
 }
 
+/// How far ahead of the loads the GEMV asks for weights (`prefetcht0`), in bf16 values: 2 KiB.
+/// A decode step streams the weights from memory once; the hardware prefetcher stops at every
+/// 4 KiB page and restarts behind the loads, and with the request issued this far ahead the
+/// stream stays ahead of them. Measured on a 2-vCPU Xeon (`phi4mm bench`, batch 1): the LM head
+/// from 21.2 to 18.3 ms, 0.71 → 0.83 of the bandwidth bound; 512 values gained less, 2048 and
+/// 4096 the same within noise.
+const PREFETCH_AHEAD: usize = 1024;
+
+/// Asks for the cache line `ahead` values after `p` (a hint: it never faults, even past the end
+/// of the weights).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_ahead(p: *const u16) {
+    // A prefetch reads nothing architecturally and cannot fault (so it is a safe intrinsic);
+    // `wrapping_add` keeps the address computation defined wherever it points.
+    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD).cast())
+}
+
 /// `acc[r] = Σ_k w[k] · x[r·n + k]` for `R` rows, `n = w.len()`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -39,6 +57,7 @@ unsafe fn dot_rows_n<const R: usize>(w: &[u16], x: &[f32], acc: &mut [f32]) {
             // One row: a second accumulator chain hides the FMA latency.
             let mut a1 = _mm512_setzero_ps();
             while k + 32 <= n {
+                prefetch_ahead(wp.add(k));
                 let w0 = widen16(wp.add(k), !0);
                 let w1 = widen16(wp.add(k + 16), !0);
                 a[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp.add(k)), a[0]);
@@ -48,6 +67,7 @@ unsafe fn dot_rows_n<const R: usize>(w: &[u16], x: &[f32], acc: &mut [f32]) {
             a[0] = _mm512_add_ps(a[0], a1);
         }
         while k + 16 <= n {
+            prefetch_ahead(wp.add(k));
             let wv = widen16(wp.add(k), !0);
             for (r, ar) in a.iter_mut().enumerate() {
                 *ar = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xp.add(r * n + k)), *ar);
@@ -114,6 +134,8 @@ unsafe fn dot2_rows_n<const R: usize>(
         let mut b = [_mm512_setzero_ps(); R];
         let mut k = 0;
         while k + 16 <= n {
+            prefetch_ahead(p0.add(k));
+            prefetch_ahead(p1.add(k));
             let (v0, v1) = (widen16(p0.add(k), !0), widen16(p1.add(k), !0));
             for (r, (ar, br)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
                 let xv = _mm512_loadu_ps(xp.add(r * n + k));

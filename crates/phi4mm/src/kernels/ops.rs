@@ -57,6 +57,27 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// [`gelu_tanh`] of every element, in parallel, with the exponentials of [`exp_in_place`]
+/// (sixteen at a time on AVX-512) instead of a scalar `tanh` each: the real SigLIP MLP takes
+/// 4.4 million per layer and crop. Computed as `x · sigmoid(2u)`, u = √(2/π)·(x + 0.044715·x³),
+/// which equals `0.5·x·(1 + tanh u)` (since 1 + tanh u = 2 / (1 + e^(−2u))) and avoids the
+/// cancellation of `1 + tanh u` where tanh u nears −1.
+pub fn gelu_tanh_in_place(v: &mut [f32]) {
+    const C: f32 = 0.797_884_6; // as in `gelu_tanh`
+    const CHUNK: usize = 1024;
+    v.par_chunks_mut(CHUNK).for_each(|chunk| {
+        let mut e = [0f32; CHUNK];
+        let e = &mut e[..chunk.len()];
+        for (t, &x) in e.iter_mut().zip(chunk.iter()) {
+            *t = -2.0 * (C * (x + 0.044715 * x * x * x));
+        }
+        exp_in_place(e);
+        for (x, t) in chunk.iter_mut().zip(e.iter()) {
+            *x /= 1.0 + t;
+        }
+    });
+}
+
 /// GELU, exact erf form (the projections).
 #[inline]
 pub fn gelu_erf(x: f32) -> f32 {
@@ -199,6 +220,27 @@ mod tests {
             }
         }
         path::force(None).unwrap();
+    }
+
+    /// The vectorised GELU against an f64 evaluation of its definition, `0.5·x·(1 + tanh u)`,
+    /// over the range activations take and past it (saturation on both sides), on the detected
+    /// path: within 2e-7 absolute plus 4 ulp-sized relative.
+    #[test]
+    fn gelu_tanh_in_place_matches_its_definition() {
+        let xs: Vec<f32> = (0..20_011).map(|i| -30.0 + i as f32 * 3e-3).collect();
+        let mut got = xs.clone();
+        gelu_tanh_in_place(&mut got);
+        for (&x, &g) in xs.iter().zip(&got) {
+            let x64 = x as f64;
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (x64 + 0.044715 * x64.powi(3));
+            let want = 0.5 * x64 * (1.0 + u.tanh());
+            assert!(
+                (g as f64 - want).abs() <= 2e-7 + 5e-7 * want.abs(),
+                "gelu_tanh({x}) = {g}, want {want}"
+            );
+            // And the scalar form the reference writes.
+            assert!((g - gelu_tanh(x)).abs() <= 2e-7 + 5e-7 * g.abs(), "{x}");
+        }
     }
 
     /// The gated activation and the softmax (on the detected path) against their definitions.

@@ -119,9 +119,25 @@ pub fn silu_gated(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
-/// In-place softmax of one row.
+/// In-place softmax of one row. The maximum and the sum run over sixteen lanes at once (so the
+/// compiler vectorises them: a vision crop's attention takes a million rows of 1,025), which
+/// sums in a different order from a single running sum, within f32 rounding.
 pub fn softmax(row: &mut [f32]) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut blocks = row.chunks_exact(LANES);
+    for b in &mut blocks {
+        for (m, &v) in lanes.iter_mut().zip(b) {
+            // As `f32::max`: a NaN never wins.
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let max = blocks
+        .remainder()
+        .iter()
+        .chain(&lanes)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         row.fill(0.0);
         return;
@@ -130,10 +146,14 @@ pub fn softmax(row: &mut [f32]) {
         *v -= max;
     }
     exp_in_place(row);
-    let mut sum = 0.0;
-    for v in row.iter() {
-        sum += *v;
+    let mut lanes = [0f32; LANES];
+    let mut blocks = row.chunks_exact(LANES);
+    for b in &mut blocks {
+        for (s, &v) in lanes.iter_mut().zip(b) {
+            *s += v;
+        }
     }
+    let sum: f32 = lanes.iter().sum::<f32>() + blocks.remainder().iter().sum::<f32>();
     let inv = 1.0 / sum;
     for v in row.iter_mut() {
         *v *= inv;

@@ -231,21 +231,11 @@ impl VisionEncoder {
         let scale = (hd as f32).powf(-0.5);
         let heads: Vec<Vec<f32>> = (0..nh)
             .into_par_iter()
-            .map(|hh| {
-                let mut s = vec![0.0; n * n];
-                sgemm(
-                    n,
-                    hd,
-                    n,
-                    &q[hh * hd..],
-                    hid,
-                    1,
-                    &k[hh * hd..],
-                    1,
-                    hid,
-                    &mut s,
-                    n,
-                );
+            // One scores buffer per worker (4 MiB for a crop), reused across heads: a fresh one
+            // per head is faulted in and zeroed each time, which `sgemm` then overwrites.
+            .map_init(Vec::new, |s, hh| {
+                s.resize(n * n, 0.0);
+                sgemm(n, hd, n, &q[hh * hd..], hid, 1, &k[hh * hd..], 1, hid, s, n);
                 for row in s.chunks_mut(n) {
                     for (sv, &ok) in row.iter_mut().zip(key_valid) {
                         *sv = if ok { *sv * scale } else { f32::NEG_INFINITY };
@@ -253,7 +243,7 @@ impl VisionEncoder {
                     softmax(row);
                 }
                 let mut o = vec![0.0; n * hd];
-                sgemm(n, n, hd, &s, n, 1, &v[hh * hd..], hid, 1, &mut o, hd);
+                sgemm(n, n, hd, s, n, 1, &v[hh * hd..], hid, 1, &mut o, hd);
                 o
             })
             .collect();

@@ -246,6 +246,25 @@ struct TileConfig {
     rows: [u8; 16],
 }
 
+/// Loads the one tile configuration both users share (palette 1, tiles 0–7 each 16 rows of 64
+/// bytes) on the calling thread.
+///
+/// # Safety
+/// [`supported`] holds.
+unsafe fn configure_tiles() {
+    let mut config = TileConfig {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [0; 16],
+        rows: [0; 16],
+    };
+    config.colsb[..8].fill(64);
+    config.rows[..8].fill(16);
+    // SAFETY: the caller guarantees AMX; `ldtilecfg` reads the 64 bytes of `config`.
+    unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+}
+
 /// `y[r0 + i, j] = Σ_k w[j, k] · x[r0 + i, k]` for the `m` input rows from `r0` (a multiple of
 /// 32) of the packed activations `x` and the `n` bf16 weight rows `w` (`[n, k]`); `y` has row
 /// stride `ldy`.
@@ -291,21 +310,12 @@ pub unsafe fn gemm_bf16_amx(
     };
     let wstride = ldw * 2;
     let nblocks = n.div_ceil(16);
-    let mut config = TileConfig {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [0; 16],
-        rows: [0; 16],
-    };
-    config.colsb[..8].fill(64);
-    config.rows[..8].fill(16);
     let mut sums = [[ZERO_LINE; 16]; 4];
     // SAFETY: the tile loads read 16 lines of 64 bytes from `wp` at stride `wstride` inside
     // the (padded) weights' `nblocks * 16` rows, and 16 lines of a packed tile; the stores write
     // the local `sums`. The caller guarantees AMX (`supported`) and the output region.
     unsafe {
-        asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly));
+        configure_tiles();
         for pair in 0..m.div_ceil(32) {
             let (ja, jb) = (r0 / 16 + 2 * pair, r0 / 16 + 2 * pair + 1);
             for nb in (0..nblocks).step_by(2) {
@@ -386,19 +396,10 @@ pub const FLOPS_PER_TILE_PRODUCT: usize = 16 * 16 * 32 * 2;
 /// # Safety
 /// [`supported`] holds.
 pub unsafe fn tile_products(rounds: usize) {
-    let mut config = TileConfig {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [0; 16],
-        rows: [0; 16],
-    };
-    config.colsb[..8].fill(64);
-    config.rows[..8].fill(16);
     // SAFETY: the caller guarantees AMX; only tile registers are touched after the
     // configuration is read. Zero tiles multiply to zeros: the rate does not depend on values.
     unsafe {
-        asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly));
+        configure_tiles();
         asm!("tilezero tmm6", "tilezero tmm7", options(nostack, nomem));
         for _ in 0..rounds {
             asm!(
@@ -449,13 +450,7 @@ unsafe fn write_transposed(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
+    use crate::kernels::linear::tests::lcg;
 
     fn avx512() -> bool {
         is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")

@@ -404,11 +404,12 @@ fn gemm_tiled_on(path: KernelPath, x: &[f32], rows: usize, w: Matrix, y: &mut [f
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::kernels::path;
 
-    fn lcg(seed: &mut u64) -> f32 {
+    /// Uniform in [-1, 1): the kernels' tests' input generator.
+    pub(in crate::kernels) fn lcg(seed: &mut u64) -> f32 {
         *seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);

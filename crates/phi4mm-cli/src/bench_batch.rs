@@ -333,8 +333,9 @@ type IreeBench = switchyard_phi4mm::iree::backend::IreeBackend;
 type IreeBench = ();
 
 /// Loads the IREE backend twice on a fresh artifact cache: the first load compiles every module
-/// (cold), the second finds them all in the cache (warm). Returns the warm backend and both
-/// loads' per-module timings.
+/// (cold), the second finds them all in the cache (warm). With `--iree-cache-dir`, on that cache
+/// instead (one `phi4mm cache warm` filled, say, on another machine): then the first load
+/// compiles only what it lacks. Returns the warm backend and both loads' per-module timings.
 #[cfg(feature = "iree")]
 fn load_iree(
     ck: &Checkpoint,
@@ -353,7 +354,9 @@ fn load_iree(
     }
     s.context = Some(context);
     let fresh = tempfile::tempdir_in(std::env::current_dir()?)?;
-    s.cache_dir = Some(fresh.path().to_path_buf());
+    if s.cache_dir.is_none() {
+        s.cache_dir = Some(fresh.path().to_path_buf());
+    }
     let cold = IreeBench::load(ck, model.clone(), &s)?;
     let cold_modules = cold.details()["modules"].clone();
     drop(cold);

@@ -1,4 +1,4 @@
-//! `phi4mm cache ls|verify|gc`: inspect and clean the IREE artifact cache.
+//! `phi4mm cache ls|verify|gc|warm`: inspect, clean and fill the IREE artifact cache.
 
 use anyhow::bail;
 use std::path::PathBuf;
@@ -34,6 +34,18 @@ enum CacheCommand {
         /// Also remove valid entries built by any other compiler version.
         #[arg(long)]
         keep_compiler_version: Option<String>,
+    },
+    /// Compile every IREE module the plugin would load for a checkpoint and these settings into
+    /// the cache, without running any: `--iree-device cuda` needs no GPU here, and a serving
+    /// process then loads every module warm. Prints one JSON line: each module, and whether it
+    /// was compiled now or already cached.
+    #[cfg(feature = "iree")]
+    Warm {
+        /// Checkpoint directory (either layout).
+        #[arg(long)]
+        model: PathBuf,
+        #[command(flatten)]
+        iree: crate::generate::IreeArgs,
     },
 }
 
@@ -142,5 +154,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("{} files removed", report.removed.len());
             Ok(())
         }
+        #[cfg(feature = "iree")]
+        CacheCommand::Warm { model, iree } => warm(&model, &iree),
     }
+}
+
+#[cfg(feature = "iree")]
+fn warm(model: &std::path::Path, iree: &crate::generate::IreeArgs) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let ck = switchyard_phi4mm::checkpoint::Checkpoint::open(model)
+        .with_context(|| format!("loading {}", model.display()))?;
+    let settings = iree.settings();
+    let modules = switchyard_phi4mm::iree::backend::warm_cache(&ck, &settings)?;
+    let dir = settings
+        .cache_dir
+        .clone()
+        .unwrap_or_else(ArtifactCache::default_dir);
+    println!(
+        "{}",
+        serde_json::json!({
+            "cache_dir": dir,
+            "device": settings.device,
+            "target": settings.compile_target().to_string(),
+            "modules": modules,
+        })
+    );
+    Ok(())
 }

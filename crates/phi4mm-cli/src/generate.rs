@@ -46,7 +46,8 @@ impl Producer {
 /// IREE backend options shared by `generate` and `batch`.
 #[derive(Args, Clone, Debug)]
 pub struct IreeArgs {
-    /// Artifact cache directory (default `$XDG_CACHE_HOME/switchyard/iree`).
+    /// Artifact cache directory (default `$XDG_CACHE_HOME/switchyard/iree`; `bench-batch`: a fresh
+    /// one, so that it measures the cold compiles too).
     #[arg(long)]
     pub iree_cache_dir: Option<PathBuf>,
     /// Longest row the IREE decoder is compiled for (default: the checkpoint's
@@ -59,6 +60,10 @@ pub struct IreeArgs {
     /// IREE HAL driver: `local-task` (every core), `local-sync` (one thread), `cuda`.
     #[arg(long, default_value = "local-task")]
     pub iree_device: String,
+    /// NVPTX architecture the modules are compiled for with `--iree-device cuda` (default: the
+    /// plugin's, `sm_80`, which runs on Ampere and every later GPU).
+    #[arg(long)]
+    pub iree_cuda_target: Option<String>,
 }
 
 impl IreeArgs {
@@ -70,6 +75,10 @@ impl IreeArgs {
                 .iree_prefill_chunk
                 .unwrap_or_else(|| IreeSettings::default().prefill_chunk),
             device: self.iree_device.clone(),
+            cuda_target: self
+                .iree_cuda_target
+                .clone()
+                .unwrap_or_else(|| IreeSettings::default().cuda_target),
             ..IreeSettings::default()
         }
     }

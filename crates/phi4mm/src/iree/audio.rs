@@ -11,6 +11,7 @@ use crate::model::AudioEncoding;
 use super::context::{IreeContext, Rows};
 use super::emit::audio::{emit, sub_chunk, window_buckets, SUB_ROWS};
 use super::error::{IreeError, IreeResult, Result};
+use super::weights::Weights;
 use super::worker::Worker;
 
 struct AudioRt {
@@ -51,9 +52,10 @@ fn read(out: &mut std::vec::IntoIter<Value>, what: &str) -> Result<Vec<f32>> {
 }
 
 impl IreeAudio {
-    /// Emits, compiles (or loads from the cache) and loads the audio module, uploads its weights.
-    pub fn load(ck: &Checkpoint, ctx: &IreeContext) -> Result<Self> {
-        let c = ck.config.audio.clone();
+    /// Emits the audio module and compiles it (or loads it from the cache): its bytes and the
+    /// weights it takes, without a device ([`IreeAudio::load`] runs them).
+    pub fn module(ck: &Checkpoint, ctx: &IreeContext) -> Result<(Vec<u8>, Weights)> {
+        let c = &ck.config.audio;
         let module = emit(ck);
         let buckets = window_buckets(&c);
         let identity = format!(
@@ -77,7 +79,14 @@ impl IreeAudio {
             &module.mlir,
             &module.weights,
         )?;
-        let weights = module.weights.clone();
+        Ok((bytes, module.weights))
+    }
+
+    /// Emits, compiles (or loads from the cache) and loads the audio module, uploads its weights.
+    pub fn load(ck: &Checkpoint, ctx: &IreeContext) -> Result<Self> {
+        let c = ck.config.audio.clone();
+        let buckets = window_buckets(&c);
+        let (bytes, weights) = Self::module(ck, ctx)?;
         let device = ctx.device.clone();
         let names = buckets.clone();
         let worker = Worker::spawn("phi4mm-iree-audio", move || -> Result<AudioRt> {

@@ -16,7 +16,7 @@ use artifact_cache::ArtifactCache;
 
 use super::audio::IreeAudio;
 use super::compiler::IreeCompiler;
-use super::context::IreeContext;
+use super::context::{IreeContext, ModuleTiming};
 use super::decoder::{IreeDecoder, IreeSequence};
 use super::error::{IreeError, Result};
 use super::vision::IreeVision;
@@ -49,30 +49,54 @@ impl MediaEncoders for IreeEncoders {
     }
 }
 
+/// The artifact cache, compiler and device `settings` name, as every module of the backend uses
+/// them. Creates no device.
+fn context(settings: &IreeSettings) -> Result<IreeContext> {
+    let dir: PathBuf = settings
+        .cache_dir
+        .clone()
+        .unwrap_or_else(ArtifactCache::default_dir);
+    let cache = ArtifactCache::open(&dir)
+        .map_err(|cause| IreeError::CacheDir {
+            dir: dir.clone(),
+            cause,
+        })?
+        .with_progress(super::progress::terminal());
+    let compiler =
+        IreeCompiler::for_target(settings.compiler.as_deref(), settings.compile_target())?;
+    IreeContext::new(Arc::new(cache), compiler, &settings.device)
+}
+
+/// The longest row the decoder is compiled for: the setting, else the checkpoint's whole context.
+fn decoder_context(ck: &Checkpoint, settings: &IreeSettings) -> usize {
+    settings
+        .context
+        .unwrap_or(ck.config.text.max_position_embeddings)
+}
+
+/// Puts every module that [`IreeBackend::load`] would load for `ck` and `settings` into the
+/// artifact cache, compiling those it lacks, without creating the device: a cache can be warmed
+/// for `iree.device = "cuda"` on a machine without a GPU, and a serving process then finds
+/// every module there. Returns how each module was obtained.
+pub fn warm_cache(ck: &Checkpoint, settings: &IreeSettings) -> Result<Vec<ModuleTiming>> {
+    let ctx = context(settings)?;
+    let shape = IreeDecoder::shape(decoder_context(ck, settings), settings.prefill_chunk);
+    IreeDecoder::module(ck, &ctx, &shape)?;
+    IreeVision::module(ck, &ctx)?;
+    IreeAudio::module(ck, &ctx)?;
+    Ok(ctx.module_timings())
+}
+
 impl IreeBackend {
     /// Compiles (or loads from the artifact cache) every module and uploads the weights.
     pub fn load(ck: &Checkpoint, host: Arc<Phi4mm>, settings: &IreeSettings) -> Result<Self> {
-        let dir: PathBuf = settings
-            .cache_dir
-            .clone()
-            .unwrap_or_else(ArtifactCache::default_dir);
-        let cache = ArtifactCache::open(&dir)
-            .map_err(|cause| IreeError::CacheDir {
-                dir: dir.clone(),
-                cause,
-            })?
-            .with_progress(super::progress::terminal());
-        let compiler =
-            IreeCompiler::for_target(settings.compiler.as_deref(), settings.compile_target())?;
-        let ctx = Arc::new(IreeContext::new(
-            Arc::new(cache),
-            compiler,
-            &settings.device,
-        )?);
-        let context = settings
-            .context
-            .unwrap_or(ck.config.text.max_position_embeddings);
-        let decoder = IreeDecoder::load(ck, &ctx, context, settings.prefill_chunk)?;
+        let ctx = Arc::new(context(settings)?);
+        let decoder = IreeDecoder::load(
+            ck,
+            &ctx,
+            decoder_context(ck, settings),
+            settings.prefill_chunk,
+        )?;
         let encoders = Arc::new(IreeEncoders {
             vision: IreeVision::load(ck, &ctx)?,
             audio: IreeAudio::load(ck, &ctx)?,

@@ -96,6 +96,15 @@ impl CompileTarget {
     }
 }
 
+impl std::fmt::Display for CompileTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompileTarget::LlvmCpu { cpu } => write!(f, "llvm-cpu:{cpu}"),
+            CompileTarget::Cuda { arch } => write!(f, "cuda:{arch}"),
+        }
+    }
+}
+
 /// The tuning spec for matrix-vector products on CPU ([`IreeCompiler::for_few_rows`]).
 const MATVEC_CPU_SPEC: &str = include_str!("tuning/matvec_cpu.mlir");
 const REASSOCIATE: &str = "--iree-llvmcpu-reassociate-fp-reductions";

@@ -133,8 +133,9 @@ impl IreeContext {
 fn device_hint(device: &str) -> &'static str {
     match device {
         "cuda" if cfg!(feature = "cuda") => {
-            " (the CUDA driver needs the NVIDIA driver's libcuda.so.1 and a visible GPU; \
-             `nvidia-smi` shows both)"
+            " (IREE's CUDA driver loads the NVIDIA driver's `libcuda.so`, by that unversioned \
+             name: where only libcuda.so.1 is installed, link libcuda.so to it on the library \
+             path; and it needs a visible GPU: `nvidia-smi` shows both)"
         }
         "cuda" => " (this build has no CUDA driver: build the plugin with the `cuda` feature)",
         "local-sync" | "local-task" => "",

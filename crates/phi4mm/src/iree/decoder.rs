@@ -27,6 +27,7 @@ use super::emit::decoder::{
     cache_type, decode_name, emit, prefill_cache_name, prefill_name, DecoderShape,
 };
 use super::error::{IreeResult, Result};
+use super::weights::Weights;
 use super::worker::Worker;
 
 /// Decode batch sizes compiled into the module, for every cache size.
@@ -203,12 +204,16 @@ fn decode_calls(n: usize, pad: bool) -> Vec<usize> {
 }
 
 impl IreeDecoder {
-    /// Emits, compiles (or loads from the cache) and loads the decoder for rows of up to
-    /// `context` positions, uploads its weights.
-    pub fn load(ck: &Checkpoint, ctx: &IreeContext, context: usize, chunk: usize) -> Result<Self> {
-        let c = ck.config.text.clone();
-        let shape = DecoderShape::new(context, chunk, DECODE_BATCHES);
-        let module = emit(ck, &shape);
+    /// Emits the decoder for `shape` and compiles it (or loads it from the cache): its bytes and
+    /// the weights it takes, without a device ([`IreeDecoder::load`] runs them).
+    pub fn module(
+        ck: &Checkpoint,
+        ctx: &IreeContext,
+        shape: &DecoderShape,
+    ) -> Result<(Vec<u8>, Weights)> {
+        let c = &ck.config.text;
+        let chunk = shape.chunk;
+        let module = emit(ck, shape);
         let identity = format!(
             "decoder v5 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
             c.num_layers,
@@ -229,7 +234,20 @@ impl IreeDecoder {
             &module.mlir,
             &module.weights,
         )?;
-        let weights = module.weights.clone();
+        Ok((bytes, module.weights))
+    }
+
+    /// The shape [`IreeDecoder::load`] compiles for rows of up to `context` positions.
+    pub fn shape(context: usize, chunk: usize) -> DecoderShape {
+        DecoderShape::new(context, chunk, DECODE_BATCHES)
+    }
+
+    /// Emits, compiles (or loads from the cache) and loads the decoder for rows of up to
+    /// `context` positions, uploads its weights.
+    pub fn load(ck: &Checkpoint, ctx: &IreeContext, context: usize, chunk: usize) -> Result<Self> {
+        let c = ck.config.text.clone();
+        let shape = Self::shape(context, chunk);
+        let (bytes, weights) = Self::module(ck, ctx, &shape)?;
         let device = ctx.device.clone();
         let mut names = Vec::new();
         for &size in &shape.buckets {

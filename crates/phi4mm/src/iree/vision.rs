@@ -12,6 +12,7 @@ use crate::model::{ImageEncoding, ImageInput};
 use super::context::{IreeContext, Rows};
 use super::emit::vision::{emit, PROJECT_ROWS};
 use super::error::{IreeResult, Result};
+use super::weights::Weights;
 use super::worker::Worker;
 
 struct VisionRt {
@@ -34,9 +35,10 @@ fn f32_view(rt: &Runtime, shape: &[usize], data: &[f32]) -> Result<BufferView<f3
 }
 
 impl IreeVision {
-    /// Emits, compiles (or loads from the cache) and loads the vision module, uploads its weights.
-    pub fn load(ck: &Checkpoint, ctx: &IreeContext) -> Result<Self> {
-        let c = ck.config.vision.clone();
+    /// Emits the vision module and compiles it (or loads it from the cache): its bytes and the
+    /// weights it takes, without a device ([`IreeVision::load`] runs them).
+    pub fn module(ck: &Checkpoint, ctx: &IreeContext) -> Result<(Vec<u8>, Weights)> {
+        let c = &ck.config.vision;
         let text_hidden = ck.config.text.hidden_size;
         let module = emit(ck);
         let identity = format!(
@@ -57,7 +59,14 @@ impl IreeVision {
             &module.mlir,
             &module.weights,
         )?;
-        let weights = module.weights.clone();
+        Ok((bytes, module.weights))
+    }
+
+    /// Emits, compiles (or loads from the cache) and loads the vision module, uploads its weights.
+    pub fn load(ck: &Checkpoint, ctx: &IreeContext) -> Result<Self> {
+        let c = ck.config.vision.clone();
+        let text_hidden = ck.config.text.hidden_size;
+        let (bytes, weights) = Self::module(ck, ctx)?;
         let device = ctx.device.clone();
         let worker = Worker::spawn("phi4mm-iree-vision", move || -> Result<VisionRt> {
             let runtime = IreeContext::runtime(&device)?;

@@ -1,6 +1,8 @@
-//! `iree.device = "cuda"` on a machine without a GPU: the modules compile for the CUDA target
-//! (the compiler needs no GPU), the cache tells the targets apart, and the device itself is a
-//! clear error that says what is missing (a build without the `cuda` feature, or no driver).
+//! `iree.device = "cuda"`: the modules compile for the CUDA target (the compiler needs no GPU),
+//! the cache tells the targets apart, and on a machine without a GPU the device itself is a clear
+//! error that says what is missing (a build without the `cuda` feature, or no driver). With
+//! `PHI4MM_TEST_IREE_DEVICE=cuda` on a GPU machine the device must come up instead, and the
+//! whole IREE suite (`iree_support`) runs on it.
 
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::config::IreeSettings;
@@ -81,20 +83,28 @@ fn the_fixture_decoder_compiles_for_cuda() {
 }
 
 #[test]
-fn a_cuda_device_that_cannot_exist_here_is_a_clear_error() {
-    // No GPU on the test machines: without the feature there is no driver to find, and with
-    // it the driver finds no libcuda.so.1 or no GPU. Either way the error says which.
-    let error = IreeContext::runtime("cuda")
-        .err()
-        .expect("no CUDA device on this machine")
-        .to_string();
-    assert!(error.contains("IREE device `cuda`"), "{error}");
-    let hint = if cfg!(feature = "cuda") {
-        "libcuda.so.1"
+fn a_cuda_device_exists_only_where_the_suite_was_pointed_at_a_gpu() {
+    let runtime = IreeContext::runtime("cuda");
+    if crate::iree_support::device() == "cuda" {
+        // PHI4MM_TEST_IREE_DEVICE=cuda: this machine has the GPU, and the device must come up.
+        if let Err(e) = runtime {
+            panic!("PHI4MM_TEST_IREE_DEVICE=cuda, but: {e}");
+        }
     } else {
-        "build the plugin with the `cuda` feature"
-    };
-    assert!(error.contains(hint), "{error}");
+        // No GPU on the CI machines: without the feature there is no driver to find, and with
+        // it the driver finds no libcuda.so or no GPU. Either way the error says which.
+        let error = runtime
+            .err()
+            .expect("no CUDA device on this machine")
+            .to_string();
+        assert!(error.contains("IREE device `cuda`"), "{error}");
+        let hint = if cfg!(feature = "cuda") {
+            "link libcuda.so to it"
+        } else {
+            "build the plugin with the `cuda` feature"
+        };
+        assert!(error.contains(hint), "{error}");
+    }
 
     let error = IreeContext::runtime("tpu")
         .err()

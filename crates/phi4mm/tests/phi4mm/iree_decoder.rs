@@ -116,7 +116,7 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
             &module.weights,
         )
         .unwrap();
-    let rt = IreeContext::runtime("local-sync").unwrap();
+    let rt = IreeContext::runtime(crate::iree_support::device()).unwrap();
     let program = rt.load_vmfb(&bytes).unwrap();
     let f = program
         .function(&format!("decoder.{}", decode_name(1, size)))

@@ -57,7 +57,7 @@ impl IreeAudio {
     pub fn module(ck: &Checkpoint, ctx: &IreeContext) -> Result<(Vec<u8>, Weights)> {
         let c = &ck.config.audio;
         let module = emit(ck);
-        let buckets = window_buckets(&c);
+        let buckets = window_buckets(c);
         let identity = format!(
             "audio v1 input={} hidden={} heads={} inter={} blocks={} channels={} reduction={} kernel={} bias_dist={} window={} text_hidden={} sub_rows={SUB_ROWS:?} buckets={buckets:?} f32",
             c.input_size,

@@ -15,6 +15,18 @@ use std::sync::{Mutex, OnceLock};
 /// Environment variable naming the compiler library (set by `scripts/iree-env.sh`).
 pub const COMPILER_ENV: &str = "PHI4MM_IREE_COMPILER";
 
+/// Environment variable holding extra compiler flags (whitespace-separated) for every module: a
+/// way to measure IREE's options (a GPU pipeline, say) without a rebuild. They are part of each
+/// module's cache identity, like every flag, so modules compiled with and without them never mix.
+pub const EXTRA_FLAGS_ENV: &str = "PHI4MM_IREE_EXTRA_FLAGS";
+
+/// The flags of [`EXTRA_FLAGS_ENV`], none when it is unset.
+fn extra_flags_from_env() -> Vec<String> {
+    std::env::var(EXTRA_FLAGS_ENV)
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// The compiler library loaded in this process.
 #[derive(Debug)]
 pub struct CompilerLibrary {
@@ -173,9 +185,11 @@ impl IreeCompiler {
     /// A compiler for `target`.
     pub fn for_target(library: Option<&Path>, target: CompileTarget) -> Result<Self> {
         let library = Self::library(library)?;
+        let mut flags = target.flags();
+        flags.extend(extra_flags_from_env());
         Ok(IreeCompiler {
             library,
-            flags: target.flags(),
+            flags,
             target,
             tuning_spec: None,
         })

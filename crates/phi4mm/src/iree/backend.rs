@@ -80,7 +80,7 @@ fn decoder_context(ck: &Checkpoint, settings: &IreeSettings) -> usize {
 /// every module there. Returns how each module was obtained.
 pub fn warm_cache(ck: &Checkpoint, settings: &IreeSettings) -> Result<Vec<ModuleTiming>> {
     let ctx = context(settings)?;
-    let shape = IreeDecoder::shape(decoder_context(ck, settings), settings.prefill_chunk);
+    let shape = IreeDecoder::shape(decoder_context(ck, settings), settings.prefill_chunk, &ctx);
     IreeDecoder::module(ck, &ctx, &shape)?;
     IreeVision::module(ck, &ctx)?;
     IreeAudio::module(ck, &ctx)?;

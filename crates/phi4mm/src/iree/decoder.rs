@@ -22,11 +22,13 @@ use crate::model::decoder::embed_tokens;
 use crate::model::rope::{Rope, RopeState};
 use crate::step::{StepBackend, StepRow};
 
+use super::compiler::CompileTarget;
 use super::context::{IreeContext, Rows};
 use super::emit::decoder::{
     cache_type, decode_name, emit, prefill_cache_name, prefill_name, DecoderShape,
 };
 use super::error::{IreeResult, Result};
+use super::mlir::Products;
 use super::weights::Weights;
 use super::worker::Worker;
 
@@ -237,16 +239,26 @@ impl IreeDecoder {
         Ok((bytes, module.weights))
     }
 
-    /// The shape [`IreeDecoder::load`] compiles for rows of up to `context` positions.
-    pub fn shape(context: usize, chunk: usize) -> DecoderShape {
-        DecoderShape::new(context, chunk, DECODE_BATCHES)
+    /// The shape [`IreeDecoder::load`] compiles for rows of up to `context` positions, with the
+    /// products its compile target runs best. On CUDA, IREE 3.13 runs a few-row f32 × bf16
+    /// matrix product on a handful of workgroups that each walk the whole reduction (a 64 × 1024
+    /// × 2816 product: 0.79 ms on an H200), while its matrix-vector products stream the weight
+    /// at about 3.3 TB/s; so decode rows become one matrix-vector product each, and a prefill
+    /// chunk's product puts the weight's rows on the long side. Measured on the H200 against
+    /// the CPU's form: batch-8 decode 1.54×, prefill 1.55× (`docs/benchmarks.md`).
+    pub fn shape(context: usize, chunk: usize, ctx: &IreeContext) -> DecoderShape {
+        let products = match ctx.compiler.target() {
+            CompileTarget::Cuda { .. } => Products::RowMatvecs,
+            CompileTarget::LlvmCpu { .. } => Products::RowMajor,
+        };
+        DecoderShape::new(context, chunk, DECODE_BATCHES).with_products(products)
     }
 
     /// Emits, compiles (or loads from the cache) and loads the decoder for rows of up to
     /// `context` positions, uploads its weights.
     pub fn load(ck: &Checkpoint, ctx: &IreeContext, context: usize, chunk: usize) -> Result<Self> {
         let c = ck.config.text.clone();
-        let shape = Self::shape(context, chunk);
+        let shape = Self::shape(context, chunk, ctx);
         let (bytes, weights) = Self::module(ck, ctx, &shape)?;
         let device = ctx.device.clone();
         let mut names = Vec::new();

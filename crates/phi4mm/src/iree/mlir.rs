@@ -169,7 +169,25 @@ pub struct Func {
     body: String,
     next: usize,
     results: Vec<Value>,
+    products: Products,
 }
+
+/// How [`Func::linear_t`] writes a product of a few rows (up to [`PRODUCT_ROWS`]) by a weight.
+/// One row is always a matrix-vector product over the weight as stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// `x · wᵀ`, one matrix product: what IREE's CPU code generation runs best.
+    #[default]
+    RowMajor,
+    /// `(w · xᵀ)ᵀ`: the weight's rows as the product's long dimension.
+    WeightMajor,
+    /// Up to [`MATVEC_ROWS`] rows as one matrix-vector product each, over the weight as stored;
+    /// more as [`Products::WeightMajor`].
+    RowMatvecs,
+}
+
+/// The most rows [`Products::RowMatvecs`] writes as matrix-vector products.
+pub const MATVEC_ROWS: usize = 8;
 
 impl Func {
     pub fn new(name: &str) -> Self {
@@ -180,7 +198,14 @@ impl Func {
             body: String::new(),
             next: 0,
             results: Vec::new(),
+            products: Products::default(),
         }
+    }
+
+    /// The same function with its few-row products written as `products` says.
+    pub fn with_products(mut self, products: Products) -> Self {
+        self.products = products;
+        self
     }
 
     /// Declares the next function argument.
@@ -649,7 +674,29 @@ impl Func {
             let parts: Vec<&Value> = parts.iter().collect();
             self.concat(&parts, 0)
         } else {
-            self.dot_general(&x2, w, (&[], &[]), (&[1], &[1]))
+            let form = match self.products {
+                Products::RowMatvecs if rows > MATVEC_ROWS => Products::WeightMajor,
+                p => p,
+            };
+            match form {
+                Products::RowMajor => self.dot_general(&x2, w, (&[], &[]), (&[1], &[1])),
+                Products::WeightMajor => {
+                    let yt = self.dot_general(w, &x2, (&[], &[]), (&[1], &[1]));
+                    self.transpose(&yt, &[1, 0])
+                }
+                Products::RowMatvecs => {
+                    let n = w.dim(0);
+                    let parts: Vec<Value> = (0..rows)
+                        .map(|r0| {
+                            let xr = self.slice(&x2, &[r0, 0], &[r0 + 1, k]);
+                            let y = self.dot_general(w, &xr, (&[], &[]), (&[1], &[1]));
+                            self.reshape(&y, &[1, n])
+                        })
+                        .collect();
+                    let parts: Vec<&Value> = parts.iter().collect();
+                    self.concat(&parts, 0)
+                }
+            }
         };
         let mut shape = lead;
         shape.push(w.dim(0));

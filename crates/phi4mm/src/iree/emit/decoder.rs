@@ -16,7 +16,7 @@
 
 use crate::checkpoint::{Checkpoint, LoraAdapter, TextConfig};
 
-use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, TensorType, Value};
+use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, Products, TensorType, Value};
 use crate::iree::weights::Weights;
 
 /// Static sizes a decoder module is built for (part of its cache identity).
@@ -28,6 +28,8 @@ pub struct DecoderShape {
     pub chunk: usize,
     /// Decode batch sizes compiled (`decode_b{B}_s{S}` for each).
     pub batches: &'static [usize],
+    /// How the products of several rows are written (chosen by the compile target).
+    pub products: Products,
 }
 
 /// Positions of the smallest cache size (plus a chunk); below it a step costs the weights, not
@@ -56,7 +58,14 @@ impl DecoderShape {
             buckets,
             chunk,
             batches,
+            products: Products::default(),
         }
+    }
+
+    /// The same shape with its several-row products written as `products` says.
+    pub fn with_products(mut self, products: Products) -> Self {
+        self.products = products;
+        self
     }
 
     /// Longest prompt + generated tokens a row can hold.
@@ -343,14 +352,21 @@ fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &Value) -> Value {
 /// same arguments returns only `(k, v)`. A row's chunks before its last need no logits, and the
 /// head (a vocabulary-sized product) would cost about as much as the chunk's layers; IREE drops
 /// everything that only fed it, down to the last layer's MLP.
-fn emit_prefill(ck: &Checkpoint, chunk: usize, size: usize, logits: bool, w: &mut Weights) -> Func {
+fn emit_prefill(
+    ck: &Checkpoint,
+    s: &DecoderShape,
+    size: usize,
+    logits: bool,
+    w: &mut Weights,
+) -> Func {
     let c = &ck.config.text;
+    let chunk = s.chunk;
     let name = if logits {
         prefill_name(size)
     } else {
         prefill_cache_name(size)
     };
-    let mut f = Func::new(&name);
+    let mut f = Func::new(&name).with_products(s.products);
     let dw = declare(&mut f, w, ck);
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let n = chunk;
@@ -402,9 +418,15 @@ fn emit_prefill(ck: &Checkpoint, chunk: usize, size: usize, logits: bool, w: &mu
 
 /// `decode_b{B}_s{S}(weights…, embeds [B, hidden], pos [B] i32, cos, sin [B, rot/2],
 /// adapter_masks [B, 2], k_0, v_0, …, k_{B−1}, v_{B−1}) → (logits [B, vocab], k_0, v_0, …)`.
-fn emit_decode(ck: &Checkpoint, size: usize, b: usize, w: &mut Weights) -> Func {
+fn emit_decode(
+    ck: &Checkpoint,
+    products: Products,
+    size: usize,
+    b: usize,
+    w: &mut Weights,
+) -> Func {
     let c = &ck.config.text;
-    let mut f = Func::new(&decode_name(b, size));
+    let mut f = Func::new(&decode_name(b, size)).with_products(products);
     let dw = declare(&mut f, w, ck);
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let x = f.arg(TensorType::f32(&[b, h]));
@@ -472,10 +494,10 @@ pub fn emit(ck: &Checkpoint, s: &DecoderShape) -> DecoderModule {
     let mut w = Weights::default();
     let mut funcs = Vec::new();
     for &size in &s.buckets {
-        funcs.push(emit_prefill(ck, s.chunk, size, true, &mut w));
-        funcs.push(emit_prefill(ck, s.chunk, size, false, &mut w));
+        funcs.push(emit_prefill(ck, s, size, true, &mut w));
+        funcs.push(emit_prefill(ck, s, size, false, &mut w));
         for &b in s.batches {
-            funcs.push(emit_decode(ck, size, b, &mut w));
+            funcs.push(emit_decode(ck, s.products, size, b, &mut w));
         }
     }
     DecoderModule {

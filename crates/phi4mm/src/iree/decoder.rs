@@ -257,8 +257,12 @@ impl IreeDecoder {
     /// Emits, compiles (or loads from the cache) and loads the decoder for rows of up to
     /// `context` positions, uploads its weights.
     pub fn load(ck: &Checkpoint, ctx: &IreeContext, context: usize, chunk: usize) -> Result<Self> {
+        Self::load_shape(ck, ctx, Self::shape(context, chunk, ctx))
+    }
+
+    /// [`IreeDecoder::load`] for a given shape (its product form chosen by the caller).
+    pub fn load_shape(ck: &Checkpoint, ctx: &IreeContext, shape: DecoderShape) -> Result<Self> {
         let c = ck.config.text.clone();
-        let shape = Self::shape(context, chunk, ctx);
         let (bytes, weights) = Self::module(ck, ctx, &shape)?;
         let device = ctx.device.clone();
         let mut names = Vec::new();

@@ -177,3 +177,94 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
         );
     }
 }
+
+/// Both fixture `mixed_batches` on the suite's device, for each way the decoder can write its
+/// several-row products (`Products`: CUDA's forms run here on the CPU too, so CI checks their
+/// math): all rows prefilled in one step, then decoded together, one token per row per step,
+/// each with its own adapter. First-step logits within the fixture tolerance of the reference,
+/// the 8 greedy tokens of every row exact.
+#[test]
+fn both_mixed_batches_in_every_product_form() {
+    use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
+    use switchyard_phi4mm::checkpoint::Checkpoint;
+    use switchyard_phi4mm::iree::decoder::IreeDecoder;
+    use switchyard_phi4mm::iree::emit::decoder::DecoderShape;
+    use switchyard_phi4mm::iree::mlir::Products;
+    use switchyard_phi4mm::model::{Phi4mm, PromptInput};
+
+    let ck = Checkpoint::open(&fixture().join("model")).unwrap();
+    let host = Phi4mm::load(&ck, 2);
+    let manifest = manifest();
+    // Every form with the decode batch sizes the decoder compiles; rows short of the fixture's
+    // LongRoPE cases, so a small context keeps the three compiles short.
+    let forms = [
+        Products::RowMajor,
+        Products::WeightMajor,
+        Products::RowMatvecs,
+    ];
+    let shape = |products| DecoderShape::new(2048, CHUNK, &[1, 2, 4, 8]).with_products(products);
+    let ctx = crate::iree_support::context();
+    // Every module into the cache before any runs: a cache for a GPU can be filled without one.
+    for products in forms {
+        IreeDecoder::module(&ck, ctx, &shape(products)).unwrap();
+    }
+    for products in forms {
+        let dec = IreeDecoder::load_shape(&ck, ctx, shape(products)).unwrap();
+        for batch in ["mixed_audio_text", "mixed_image_text"] {
+            let b = &manifest["mixed_batches"][batch];
+            let rows = b["rows"].as_array().unwrap();
+            let what = |r: usize| format!("{products:?} {batch} row {r}");
+            let prompts: Vec<_> = rows
+                .iter()
+                .zip(b["adapter_names"].as_array().unwrap())
+                .map(|(case, adapter)| {
+                    let case = case.as_str().unwrap();
+                    let mut input: PromptInput = case_input(case);
+                    input.adapter = AdapterChoice::Fixed(match adapter.as_str().unwrap() {
+                        "__base__" => AdapterMode::None,
+                        "speech" => AdapterMode::Speech,
+                        _ => AdapterMode::Vision,
+                    });
+                    (case, host.prepare(&input, 8).unwrap())
+                })
+                .collect();
+            let mut states: Vec<_> = prompts.iter().map(|_| dec.new_state()).collect();
+            let mut inputs: Vec<Vec<f32>> = prompts.iter().map(|(_, p)| p.embeds.clone()).collect();
+            let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+            for step in 0..8 {
+                let mut batch_rows: Vec<StepRow<_>> = states
+                    .iter_mut()
+                    .zip(&inputs)
+                    .zip(&prompts)
+                    .map(|((state, embeds), (_, p))| StepRow {
+                        state,
+                        embeds,
+                        adapter: p.adapter,
+                    })
+                    .collect();
+                let logits = dec.step(&mut batch_rows);
+                for (r, l) in logits.iter().enumerate() {
+                    if step == 0 {
+                        let case = prompts[r].0;
+                        let (want, _) = model_cases().f32(&format!("{case}.logits_first"));
+                        assert_matches_reference(&what(r), l, &want, 1e-4, 1e-4);
+                    }
+                    tokens[r].push(argmax(l));
+                }
+                inputs = tokens
+                    .iter()
+                    .map(|t| dec.embed(&t[t.len() - 1..]))
+                    .collect();
+            }
+            for (r, got) in tokens.iter().enumerate() {
+                let want: Vec<u32> = b["greedy_tokens_per_row"][r]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect();
+                assert_eq!(got, &want, "{}", what(r));
+            }
+        }
+    }
+}

@@ -109,3 +109,57 @@ fn cli_ls_verify_gc() {
         "and its module bytes are unchanged"
     );
 }
+
+/// `phi4mm cache warm` puts every module an instance with those settings loads into the cache,
+/// compiling without creating a device; a second run finds them all, and `ls` lists them.
+#[cfg(feature = "iree")]
+#[test]
+fn cli_warm_compiles_every_module_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let warm = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+            .args([
+                "cache",
+                "warm",
+                "--iree-device",
+                "local-sync",
+                "--iree-context",
+                "256",
+            ])
+            .arg("--model")
+            .arg(switchyard_fixtures::fixture().join("model"))
+            .arg("--iree-cache-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let modules: Vec<(String, bool)> = line["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let entry = m["entry"].as_str().unwrap().to_owned();
+                (entry, m["compiled"].as_bool().unwrap())
+            })
+            .collect();
+        assert_eq!(line["device"], "local-sync", "{line}");
+        modules
+    };
+    let entries = |compiled: bool| ["decoder", "vision", "audio"].map(|e| (e.to_owned(), compiled));
+    assert_eq!(warm(), entries(true), "a cold cache compiles every module");
+    assert_eq!(warm(), entries(false), "a warm one compiles none");
+
+    let ls = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+        .args(["cache", "ls", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let ls = String::from_utf8(ls.stdout).unwrap();
+    assert!(ls.contains("3 entries"), "{ls}");
+}

@@ -176,7 +176,7 @@ pub struct Func {
 /// One row is always a matrix-vector product over the weight as stored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Products {
-    /// `x · wᵀ`, one matrix product: what IREE's CPU code generation runs best.
+    /// `x · wᵀ`, one matrix product: the form the CPU path's compile flags were measured with.
     #[default]
     RowMajor,
     /// `(w · xᵀ)ᵀ`: the weight's rows as the product's long dimension.

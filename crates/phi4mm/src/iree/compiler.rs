@@ -103,7 +103,7 @@ impl CompileTarget {
     fn identity(&self) -> String {
         match self {
             CompileTarget::LlvmCpu { cpu } => resolve_target_cpu(cpu),
-            CompileTarget::Cuda { arch } => format!("cuda:{arch}"),
+            CompileTarget::Cuda { .. } => self.to_string(),
         }
     }
 }

@@ -185,7 +185,7 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
 /// the 8 greedy tokens of every row exact.
 #[test]
 fn both_mixed_batches_in_every_product_form() {
-    use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
+    use switchyard_phi4mm::adapter::AdapterChoice;
     use switchyard_phi4mm::checkpoint::Checkpoint;
     use switchyard_phi4mm::iree::decoder::IreeDecoder;
     use switchyard_phi4mm::iree::emit::decoder::DecoderShape;
@@ -220,11 +220,7 @@ fn both_mixed_batches_in_every_product_form() {
                 .map(|(case, adapter)| {
                     let case = case.as_str().unwrap();
                     let mut input: PromptInput = case_input(case);
-                    input.adapter = AdapterChoice::Fixed(match adapter.as_str().unwrap() {
-                        "__base__" => AdapterMode::None,
-                        "speech" => AdapterMode::Speech,
-                        _ => AdapterMode::Vision,
-                    });
+                    input.adapter = AdapterChoice::Fixed(adapter_mode(adapter.as_str().unwrap()));
                     (case, host.prepare(&input, 8).unwrap())
                 })
                 .collect();
@@ -257,13 +253,7 @@ fn both_mixed_batches_in_every_product_form() {
                     .collect();
             }
             for (r, got) in tokens.iter().enumerate() {
-                let want: Vec<u32> = b["greedy_tokens_per_row"][r]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-                    .collect();
-                assert_eq!(got, &want, "{}", what(r));
+                assert_eq!(got, &mixed_row_tokens(batch, r), "{}", what(r));
             }
         }
     }

@@ -3,7 +3,7 @@
 //! validation refuses bad requests before compute.
 
 use crate::model_support::*;
-use switchyard_phi4mm::adapter::{AdapterChoice, AdapterMode};
+use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::{InputError, MergedPrompt, Phi4mm, PromptInput};
 use switchyard_phi4mm::sampling::argmax;
@@ -33,11 +33,7 @@ fn prepared(model: &Phi4mm, case: &str, adapter: &str) -> MergedPrompt {
         .iter()
         .map(|i| image_input(i["name"].as_str().unwrap()))
         .collect();
-    let mode = match adapter {
-        "__base__" => AdapterMode::None,
-        "speech" => AdapterMode::Speech,
-        _ => AdapterMode::Vision,
-    };
+    let mode = adapter_mode(adapter);
     model
         .prepare(
             &PromptInput {
@@ -112,12 +108,7 @@ fn run_mixed(batch: &str) {
         }
     });
     for (r, row_tokens) in tokens.iter().enumerate() {
-        let want: Vec<u32> = b["greedy_tokens_per_row"][r]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
+        let want = mixed_row_tokens(batch, r);
         assert_eq!(row_tokens, &want, "{batch} row {r} ({})", cases[r]);
     }
 }

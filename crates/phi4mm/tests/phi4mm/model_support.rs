@@ -115,15 +115,31 @@ pub fn case_input(case: &str) -> PromptInput {
 
 /// The adapter a case names in the manifest.
 pub fn case_adapter(case: &str) -> AdapterMode {
-    match manifest()["model_cases"]["cases"][case]["adapter"]
-        .as_str()
-        .unwrap()
-    {
+    adapter_mode(
+        manifest()["model_cases"]["cases"][case]["adapter"]
+            .as_str()
+            .unwrap(),
+    )
+}
+
+/// The adapter a fixture names (`__base__`, `speech`, `vision`).
+pub fn adapter_mode(name: &str) -> AdapterMode {
+    match name {
         "__base__" => AdapterMode::None,
         "speech" => AdapterMode::Speech,
         "vision" => AdapterMode::Vision,
         other => panic!("adapter {other}"),
     }
+}
+
+/// The reference's greedy tokens of row `row` of the fixture's mixed batch `batch`.
+pub fn mixed_row_tokens(batch: &str, row: usize) -> Vec<u32> {
+    manifest()["mixed_batches"][batch]["greedy_tokens_per_row"][row]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// Greedy decoding of a prepared prompt on the host backend, `max_new_tokens` exactly (EOS

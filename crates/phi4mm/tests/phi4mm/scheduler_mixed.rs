@@ -58,12 +58,7 @@ fn run_batch(batch: &str, prefill_chunk: usize) {
             }),
             "{batch} row {i}"
         );
-        let want: Vec<u32> = b["greedy_tokens_per_row"][i]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
+        let want = mixed_row_tokens(batch, i);
         assert_eq!(r.tokens, want, "{batch} row {i} ({case}) vs reference");
         let (solo_tokens, solo_logits) = solo(&pinned_case_input(case), 8);
         assert_eq!(r.tokens, solo_tokens, "{batch} row {i} ({case}) vs solo");

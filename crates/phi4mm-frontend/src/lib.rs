@@ -14,3 +14,4 @@ pub mod audio;
 pub mod image;
 pub mod limits;
 pub mod prompt;
+mod simd;

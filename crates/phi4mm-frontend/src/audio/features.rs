@@ -4,6 +4,7 @@
 //! pipeline drifts by up to 7.5e-4 on quiet bins.
 
 use super::constants::N_MELS;
+use super::ln;
 use super::mel::{self, N_BINS};
 use rayon::prelude::*;
 use realfft::num_complex::Complex;
@@ -110,9 +111,7 @@ fn extract(
     recipe: &Recipe,
     to_power: impl Fn(&[Complex<f64>], &mut [f32]) + Sync,
 ) -> (Vec<f32>, usize) {
-    let (win, hop) = (recipe.win, recipe.hop);
-    let frames = frame_count(wave.len(), win, hop);
-    let bank = mel::bank();
+    let frames = frame_count(wave.len(), recipe.win, recipe.hop);
     let mut out = vec![0f32; frames * N_MELS];
     let scratch = || Scratch {
         input: recipe.fft.make_input_vec(),
@@ -123,38 +122,74 @@ fn extract(
     out.par_chunks_mut(FRAMES_PER_TASK * N_MELS)
         .enumerate()
         .for_each_init(scratch, |s, (block, rows)| {
-            for (i, row) in rows.chunks_exact_mut(N_MELS).enumerate() {
-                let t = block * FRAMES_PER_TASK + i;
-                let frame = &wave[t * hop..t * hop + win];
-                // Pre-emphasis inside the frame; the first sample is emphasised against itself.
-                let emphasised =
-                    |cur: f32, prev: f32| f64::from((cur - PREEMPHASIS * prev) * 32768.0);
-                s.input[0] = recipe.window[0] * emphasised(frame[0], frame[0]);
-                for (((x, w), &cur), &prev) in s.input[1..win]
-                    .iter_mut()
-                    .zip(&recipe.window[1..])
-                    .zip(&frame[1..])
-                    .zip(frame)
-                {
-                    *x = w * emphasised(cur, prev);
-                }
-                s.input[win..].fill(0.0);
-                recipe
-                    .fft
-                    .process_with_scratch(&mut s.input, &mut s.spectrum, &mut s.fft)
-                    .expect("buffers come from the plan and have its sizes");
-                to_power(&s.spectrum, &mut s.power);
-                for (energy_out, (first, weights)) in row.iter_mut().zip(&bank.sparse) {
-                    let energy: f32 = s.power[*first..*first + weights.len()]
-                        .iter()
-                        .zip(weights)
-                        .map(|(p, w)| p * w)
-                        .sum();
-                    *energy_out = energy.max(1.0).ln();
-                }
+            let first = block * FRAMES_PER_TASK;
+            #[cfg(target_arch = "x86_64")]
+            if crate::simd::has_avx2_fma() {
+                // SAFETY: the CPU supports the features `frames_avx2` is compiled for.
+                return unsafe { frames_avx2(wave, recipe, &to_power, s, first, rows) };
             }
+            frames_body(wave, recipe, &to_power, s, first, rows);
         });
     (out, frames)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn frames_avx2(
+    wave: &[f32],
+    recipe: &Recipe,
+    to_power: &impl Fn(&[Complex<f64>], &mut [f32]),
+    s: &mut Scratch,
+    first: usize,
+    rows: &mut [f32],
+) {
+    frames_body(wave, recipe, to_power, s, first, rows);
+}
+
+/// The features of frames `first..` into `rows` (80 per frame). Everything but the FFT (which
+/// rustfft dispatches itself) is inlined here, so that the AVX2 copy widens the window, the
+/// magnitudes' float64 square roots and the logarithms to four float64 lanes.
+#[inline(always)]
+fn frames_body(
+    wave: &[f32],
+    recipe: &Recipe,
+    to_power: &impl Fn(&[Complex<f64>], &mut [f32]),
+    s: &mut Scratch,
+    first: usize,
+    rows: &mut [f32],
+) {
+    let (win, hop) = (recipe.win, recipe.hop);
+    let bank = mel::bank();
+    for (i, row) in rows.chunks_exact_mut(N_MELS).enumerate() {
+        let t = first + i;
+        let frame = &wave[t * hop..t * hop + win];
+        // Pre-emphasis inside the frame; the first sample is emphasised against itself.
+        let emphasised = |cur: f32, prev: f32| f64::from((cur - PREEMPHASIS * prev) * 32768.0);
+        s.input[0] = recipe.window[0] * emphasised(frame[0], frame[0]);
+        for (((x, w), &cur), &prev) in s.input[1..win]
+            .iter_mut()
+            .zip(&recipe.window[1..])
+            .zip(&frame[1..])
+            .zip(frame)
+        {
+            *x = w * emphasised(cur, prev);
+        }
+        s.input[win..].fill(0.0);
+        recipe
+            .fft
+            .process_with_scratch(&mut s.input, &mut s.spectrum, &mut s.fft)
+            .expect("buffers come from the plan and have its sizes");
+        to_power(&s.spectrum, &mut s.power);
+        for (energy_out, (first, weights)) in row.iter_mut().zip(&bank.sparse) {
+            let energy: f32 = s.power[*first..*first + weights.len()]
+                .iter()
+                .zip(weights)
+                .map(|(p, w)| p * w)
+                .sum();
+            *energy_out = energy.max(1.0);
+        }
+        ln::ln_in_place(row);
+    }
 }
 
 #[cfg(test)]
@@ -203,6 +238,47 @@ mod tests {
             pool.install(|| (log_mel_16k(&wave), log_mel_8k_fillzero(&wave)))
         };
         assert_eq!(run(1), run(3));
+    }
+
+    /// The AVX2 copy of the frame loop computes the portable copy's bits, on both recipes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn frame_paths_agree() {
+        if !crate::simd::has_avx2_fma() {
+            eprintln!("no AVX2 and FMA on this CPU: only the portable path exists");
+            return;
+        }
+        let wave: Vec<f32> = (0..24_000)
+            .map(|i| (i as f32 * 0.021).sin() * 0.4 + ((i * 7919) % 211) as f32 / 3000.0 - 0.03)
+            .collect();
+        let magnitude = |spectrum: &[Complex<f64>], power: &mut [f32]| {
+            for (p, c) in power.iter_mut().zip(spectrum) {
+                let (re, im) = (f64::from(c.re as f32), f64::from(c.im as f32));
+                let m = (re * re + im * im).sqrt() as f32;
+                *p = m * m;
+            }
+        };
+        for recipe in [
+            Recipe::new(WIN_16K, HOP_16K, FFT_16K),
+            Recipe::new(WIN_8K, HOP_8K, FFT_8K),
+        ] {
+            let frames = frame_count(wave.len(), recipe.win, recipe.hop);
+            let scratch = || Scratch {
+                input: recipe.fft.make_input_vec(),
+                spectrum: recipe.fft.make_output_vec(),
+                fft: recipe.fft.make_scratch_vec(),
+                power: vec![0f32; N_BINS],
+            };
+            let (mut portable, mut fast) =
+                (vec![0f32; frames * N_MELS], vec![0f32; frames * N_MELS]);
+            frames_body(&wave, &recipe, &magnitude, &mut scratch(), 0, &mut portable);
+            // SAFETY: checked above that the CPU has AVX2 and FMA.
+            unsafe { frames_avx2(&wave, &recipe, &magnitude, &mut scratch(), 0, &mut fast) };
+            assert!(portable
+                .iter()
+                .zip(&fast)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
     }
 
     #[test]

@@ -13,11 +13,14 @@ mod constants;
 pub mod decode;
 mod error;
 pub mod features;
+mod ln;
 pub mod mel;
 mod metadata_guard;
 mod options;
 pub mod resample;
 mod resample_mode;
+
+use rayon::prelude::*;
 
 pub use constants::{MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, N_MELS};
 pub use decode::{probe, ClipHeader, DecodedAudio};
@@ -95,7 +98,19 @@ pub fn features_from_samples(
     }
     let duration_s = samples.len() as f64 / f64::from(sample_rate);
     options.check_frames(samples.len() as u64, sample_rate)?;
-    if let Some((index, &value)) = samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+    // Blocks over the pool, then the first bad sample of the first bad block.
+    const BLOCK: usize = 1 << 15;
+    let not_finite = |v: &f64| !v.is_finite();
+    if let Some(block) = samples
+        .par_chunks(BLOCK)
+        .position_first(|block| block.iter().any(not_finite))
+    {
+        let index = block * BLOCK
+            + samples[block * BLOCK..]
+                .iter()
+                .position(not_finite)
+                .unwrap_or(0);
+        let value = samples[index];
         return Err(AudioError::NonFinite { index, value });
     }
     let prepared = resample::prepare(samples, sample_rate, options.resample);

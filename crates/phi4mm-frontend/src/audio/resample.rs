@@ -22,11 +22,11 @@ pub struct Prepared {
 
 /// Applies the rate rule of `mode` to a validated clip (8 kHz ≤ `fs` ≤ 384 kHz, finite samples).
 pub fn prepare(samples: &[f64], fs: u32, mode: ResampleMode) -> Prepared {
-    let to_f32 = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+    let to_f32 = |v: Vec<f64>| cast_f32(&v);
     match mode {
         ResampleMode::Polyphase => {
             let waveform = if fs == 16000 {
-                samples.iter().map(|&x| x as f32).collect()
+                cast_f32(samples)
             } else {
                 let g = gcd(16000, fs as usize);
                 to_f32(resample_poly(samples, 16000 / g, fs as usize / g))
@@ -48,17 +48,28 @@ pub fn prepare(samples: &[f64], fs: u32, mode: ResampleMode) -> Prepared {
                 }
             } else if fs == 16000 {
                 Prepared {
-                    waveform: samples.iter().map(|&x| x as f32).collect(),
+                    waveform: cast_f32(samples),
                     path: SpectrumPath::Wideband16k,
                 }
             } else {
                 Prepared {
-                    waveform: samples.iter().map(|&x| x as f32).collect(),
+                    waveform: cast_f32(samples),
                     path: SpectrumPath::FillZero8k,
                 }
             }
         }
     }
+}
+
+/// The reference's cast to float32, over the caller's rayon pool (a 30 s clip is 480,000 samples).
+fn cast_f32(samples: &[f64]) -> Vec<f32> {
+    let mut out = Vec::new();
+    samples
+        .par_iter()
+        .with_min_len(1 << 15)
+        .map(|&x| x as f32)
+        .collect_into_vec(&mut out);
+    out
 }
 
 /// Length of the FIR filter [`prepare`] designs for a clip at `fs` Hz in `mode` (0 when the clip

@@ -56,13 +56,24 @@ fn resize(
     }
     let taps_x = taps(in_w, out_w);
     let taps_y = taps(in_h, out_h);
+    let select_x: Option<Vec<usize>> = taps_x
+        .iter()
+        .map(|(idx, w)| (*w == SELECT).then_some(idx[1]))
+        .collect();
     // Horizontal pass: `rows[y][c][x]`, one source row (all channels) per task.
     let mut rows = vec![0f32; in_h * channels * out_w];
     rows.par_chunks_mut(channels * out_w)
         .enumerate()
         .for_each(|(y, row)| {
             for (c, line) in row.chunks_exact_mut(out_w).enumerate() {
-                horizontal(line, &taps_x, |x| sample(c, y, x));
+                match &select_x {
+                    Some(source) => {
+                        for (v, &x) in line.iter_mut().zip(source) {
+                            *v = sample(c, y, x);
+                        }
+                    }
+                    None => horizontal(line, &taps_x, |x| sample(c, y, x)),
+                }
             }
         });
     // Vertical pass: one output row of one channel per task; contiguous in x, so it vectorises.
@@ -74,23 +85,11 @@ fn resize(
     });
 }
 
-/// Whether the CPU has the instructions the `*_fma` variants are compiled for.
-fn has_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// One row of one channel of the horizontal pass: `value(x)` is the source pixel at column x.
 fn horizontal(line: &mut [f32], taps: &[Taps], value: impl Fn(usize) -> f32) {
     #[cfg(target_arch = "x86_64")]
-    if has_fma() {
-        // SAFETY: the CPU supports the features `horizontal_fma` is compiled for (has_fma).
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU supports the features `horizontal_fma` is compiled for.
         return unsafe { horizontal_fma(line, taps, value) };
     }
     horizontal_body(line, taps, value);
@@ -111,9 +110,12 @@ fn horizontal_body(line: &mut [f32], taps: &[Taps], value: impl Fn(usize) -> f32
 
 /// One output row of the vertical pass, with hardware FMA where the CPU has it.
 fn vertical(line: &mut [f32], src: [&[f32]; 4], w: &[f32; 4]) {
+    if *w == SELECT {
+        return line.copy_from_slice(src[1]);
+    }
     #[cfg(target_arch = "x86_64")]
-    if has_fma() {
-        // SAFETY: the CPU supports the features `vertical_fma` is compiled for (has_fma).
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU supports the features `vertical_fma` is compiled for.
         return unsafe { vertical_fma(line, src, w) };
     }
     vertical_body(line, src, w);
@@ -151,6 +153,12 @@ fn dot4(value: impl Fn(usize) -> f32, w: &[f32; 4]) -> f32 {
 
 /// The four border-clamped source indices of one output index and their cubic weights.
 type Taps = ([usize; 4], [f32; 4]);
+
+/// The weights of an output that falls exactly on its second source sample (`t = 0`, as every
+/// output does when the scale is an odd integer: the global image of a grid with 1 or 3 crops
+/// along that axis). The four-tap sum is then that sample itself, `0·a + b + 0·c + 0·d = b`
+/// (exactly, for finite samples; only a zero's sign could differ), so it is read, not summed.
+const SELECT: [f32; 4] = [0.0, 1.0, 0.0, 0.0];
 
 /// Per output index: its [`Taps`].
 fn taps(in_size: usize, out_size: usize) -> Vec<Taps> {
@@ -199,6 +207,36 @@ mod tests {
                 "{oh}x{ow}"
             );
         }
+    }
+
+    /// Where every output falls on a source sample (scale 3 across, as for a grid three crops
+    /// wide; scale 1 down), the taps are [`SELECT`] and the resize reads those samples: the
+    /// same floats as the full four-tap sums in both passes.
+    #[test]
+    fn selected_samples_equal_the_four_tap_sums() {
+        let (channels, in_h, in_w, out_h, out_w) = (2, 9, 1344, 9, 448);
+        let src: Vec<f32> = (0..channels * in_h * in_w)
+            .map(|i| ((i * 7919) % 509) as f32 / 254.5 - 1.0)
+            .collect();
+        let (taps_x, taps_y) = (taps(in_w, out_w), taps(in_h, out_h));
+        assert!(taps_x.iter().chain(&taps_y).all(|(_, w)| *w == SELECT));
+        let mut want = vec![0f32; channels * out_h * out_w];
+        for (i, line) in want.chunks_exact_mut(out_w).enumerate() {
+            let (c, y) = (i / out_h, i % out_h);
+            let row = |sy: usize| -> Vec<f32> {
+                let mut r = vec![0f32; out_w];
+                horizontal_body(&mut r, &taps_x, |x| src[(c * in_h + sy) * in_w + x]);
+                r
+            };
+            let (idx, w) = &taps_y[y];
+            let rows = idx.map(row);
+            vertical_body(line, [&rows[0], &rows[1], &rows[2], &rows[3]], w);
+        }
+        let got = resize_chw(&src, channels, in_h, in_w, out_h, out_w);
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 
     /// The dispatched passes equal the portable ones bit for bit.

@@ -11,7 +11,13 @@ use std::sync::OnceLock;
 /// rescale-then-normalise (docs/phi4mm-model.md §8.5).
 pub fn normalise_table() -> &'static [f32; 256] {
     static TABLE: OnceLock<[f32; 256]> = OnceLock::new();
-    TABLE.get_or_init(|| std::array::from_fn(|v| (v as f32 - 127.5) / 127.5))
+    TABLE.get_or_init(|| std::array::from_fn(|v| normalise(v as u8)))
+}
+
+/// One byte's normalised value (what [`normalise_table`] holds).
+#[inline(always)]
+fn normalise(v: u8) -> f32 {
+    (f32::from(v) - 127.5) / 127.5
 }
 
 /// `[1 + rows · cols, 3, 448, 448]` float32: the bicubic global image first, then the tiles
@@ -33,7 +39,7 @@ pub fn pixel_values(canvas: &HdCanvas) -> Vec<f32> {
             );
         } else {
             let (r, c) = ((i - 1) / cols, (i - 1) % cols);
-            tile(canvas, table, (r, c), dst);
+            tile(canvas, (r, c), dst);
         }
     });
     out
@@ -41,7 +47,25 @@ pub fn pixel_values(canvas: &HdCanvas) -> Vec<f32> {
 
 /// Tile `(r, c)` of the canvas, normalised, planar `[3, 448, 448]`: each source row is read once
 /// and split into the three planes.
-fn tile(canvas: &HdCanvas, table: &[f32; 256], (r, c): (usize, usize), dst: &mut [f32]) {
+fn tile(canvas: &HdCanvas, (r, c): (usize, usize), dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU supports the features `tile_avx2` is compiled for.
+        return unsafe { tile_avx2(canvas, (r, c), dst) };
+    }
+    tile_body(canvas, (r, c), dst);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn tile_avx2(canvas: &HdCanvas, (r, c): (usize, usize), dst: &mut [f32]) {
+    tile_body(canvas, (r, c), dst);
+}
+
+/// The normalisation is computed rather than looked up in [`normalise_table`] (the same
+/// expression, so the same bits): arithmetic on eight pixels at a time beats a load per byte.
+#[inline(always)]
+fn tile_body(canvas: &HdCanvas, (r, c): (usize, usize), dst: &mut [f32]) {
     let stride = canvas.width * 3;
     let (red, rest) = dst.split_at_mut(CROP * CROP);
     let (green, blue) = rest.split_at_mut(CROP * CROP);
@@ -53,9 +77,9 @@ fn tile(canvas: &HdCanvas, table: &[f32; 256], (r, c): (usize, usize), dst: &mut
         let start = (r * CROP + y) * stride + c * CROP * 3;
         let pixels = canvas.pixels[start..start + CROP * 3].chunks_exact(3);
         for (((px, red), green), blue) in pixels.zip(red).zip(green).zip(blue) {
-            *red = table[usize::from(px[0])];
-            *green = table[usize::from(px[1])];
-            *blue = table[usize::from(px[2])];
+            *red = normalise(px[0]);
+            *green = normalise(px[1]);
+            *blue = normalise(px[2]);
         }
     }
 }

@@ -206,7 +206,10 @@ impl EventStream {
                         text_offsets.push(chars);
                     }
                     text.push_str(&piece);
-                    chars += piece.chars().count();
+                    // Character offsets are only for the log probabilities' `text_offset`.
+                    if self.logprobs_wanted {
+                        chars += piece.chars().count();
+                    }
                 }
                 Step::Finished { reason, usage } => {
                     return Ok(Answer {

@@ -218,10 +218,8 @@ impl PluginModel for EchoModel {
 
     fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
         let words = self.words_of(&request)?;
-        if words
-            .iter()
-            .any(|w| w.contains("#panic") && !w.contains("#panic-worker"))
-        {
+        let hooks = Hooks::of(&words);
+        if hooks.panic {
             panic!("the request asked for a panic");
         }
         let logprobs = request.logprobs.into_option();
@@ -244,6 +242,7 @@ impl PluginModel for EchoModel {
         let job = Job {
             id: request.id,
             words,
+            hooks,
             max_tokens: request.sampling.max_tokens.into_option(),
             stop: request.stop.iter().map(|s| s.to_string()).collect(),
             logprobs,
@@ -489,9 +488,35 @@ impl EchoModel {
     }
 }
 
+/// The test hooks a request's words ask for (see the crate's documentation), read once in
+/// `submit` rather than searched for again while streaming.
+#[derive(Clone, Copy, Default)]
+struct Hooks {
+    /// `#panic`: panic inside `submit`.
+    panic: bool,
+    /// `#panic-worker`: panic while streaming, after the first token.
+    panic_worker: bool,
+    /// `#fail`: fail after the first token.
+    fail: bool,
+}
+
+impl Hooks {
+    fn of(words: &[String]) -> Self {
+        let mut hooks = Self::default();
+        for word in words.iter().filter(|w| w.contains('#')) {
+            let panic_worker = word.contains("#panic-worker");
+            hooks.panic_worker |= panic_worker;
+            hooks.panic |= word.contains("#panic") && !panic_worker;
+            hooks.fail |= word.contains("#fail");
+        }
+        hooks
+    }
+}
+
 struct Job {
     id: u64,
     words: Vec<String>,
+    hooks: Hooks,
     max_tokens: Option<u32>,
     stop: Vec<String>,
     logprobs: Option<u8>,
@@ -555,10 +580,10 @@ impl Job {
             if self.cancel.load(Ordering::SeqCst) {
                 return self.finish(FinishReason::Cancelled, prompt_tokens, sent);
             }
-            if i == 1 && self.words.iter().any(|w| w.contains("#panic-worker")) {
+            if i == 1 && self.hooks.panic_worker {
                 panic!("the request asked for a worker panic");
             }
-            if i == 1 && self.words.iter().any(|w| w.contains("#fail")) {
+            if i == 1 && self.hooks.fail {
                 self.sink.send(Event::Failed(PluginError::internal(
                     "the request asked to fail",
                 )));

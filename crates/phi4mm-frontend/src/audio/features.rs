@@ -44,16 +44,19 @@ pub fn frame_count(n: usize, win: usize, hop: usize) -> usize {
 pub fn log_mel_16k(wave: &[f32]) -> (Vec<f32>, usize) {
     static RECIPE: OnceLock<Recipe> = OnceLock::new();
     let recipe = RECIPE.get_or_init(|| Recipe::new(WIN_16K, HOP_16K, FFT_16K));
-    extract(wave, recipe, |spectrum, power| {
-        for (p, c) in power.iter_mut().zip(spectrum) {
-            // numpy `abs` of complex64 is glibc's hypotf, which is the float64 square root of
-            // the float64 sum of squares rounded to float32 (checked bit for bit on 2·10⁸ pairs
-            // against `f32::hypot`); written out, it vectorises. The square stays float32.
-            let (re, im) = (f64::from(c.re as f32), f64::from(c.im as f32));
-            let magnitude = (re * re + im * im).sqrt() as f32;
-            *p = magnitude * magnitude;
-        }
-    })
+    extract(wave, recipe, power_16k)
+}
+
+/// |S|² of the 16 kHz recipe. numpy `abs` of complex64 is glibc's hypotf, which is the float64
+/// square root of the float64 sum of squares rounded to float32 (checked bit for bit on 2·10⁸
+/// pairs against `f32::hypot`); written out, it vectorises. The square stays float32.
+#[inline(always)]
+fn power_16k(spectrum: &[Complex<f64>], power: &mut [f32]) {
+    for (p, c) in power.iter_mut().zip(spectrum) {
+        let (re, im) = (f64::from(c.re as f32), f64::from(c.im as f32));
+        let magnitude = (re * re + im * im).sqrt() as f32;
+        *p = magnitude * magnitude;
+    }
 }
 
 /// Features of an 8 kHz waveform through the original "fillzero" path: the 129-bin spectrum
@@ -251,13 +254,7 @@ mod tests {
         let wave: Vec<f32> = (0..24_000)
             .map(|i| (i as f32 * 0.021).sin() * 0.4 + ((i * 7919) % 211) as f32 / 3000.0 - 0.03)
             .collect();
-        let magnitude = |spectrum: &[Complex<f64>], power: &mut [f32]| {
-            for (p, c) in power.iter_mut().zip(spectrum) {
-                let (re, im) = (f64::from(c.re as f32), f64::from(c.im as f32));
-                let m = (re * re + im * im).sqrt() as f32;
-                *p = m * m;
-            }
-        };
+        let magnitude = power_16k;
         for recipe in [
             Recipe::new(WIN_16K, HOP_16K, FFT_16K),
             Recipe::new(WIN_8K, HOP_8K, FFT_8K),

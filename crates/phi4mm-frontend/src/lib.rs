@@ -13,5 +13,6 @@
 pub mod audio;
 pub mod image;
 pub mod limits;
+mod parallel;
 pub mod prompt;
 mod simd;

@@ -10,7 +10,6 @@
 
 use super::error::{AudioError, SampleLimit};
 use super::options::AudioOptions;
-use rayon::prelude::*;
 use std::io::Cursor;
 
 /// Mono samples and their rate.
@@ -148,18 +147,24 @@ fn pcm16_data(cursor: Cursor<&[u8]>, samples: usize) -> Option<&[u8]> {
 /// over than the pool takes for the features of half the clip.
 fn average_pcm16(data: &[u8], channels: usize, inv_channels: f64) -> Vec<f64> {
     let value = |b: &[u8]| f64::from(i16::from_le_bytes([b[0], b[1]])) * (1.0 / 32768.0);
-    let mut out = Vec::new();
-    data.par_chunks_exact(2 * channels)
-        .with_min_len(1 << 15)
-        .map(|frame| {
-            if channels == 1 {
-                value(frame)
-            } else {
-                frame.chunks_exact(2).map(value).fold(0.0, |acc, v| acc + v) * inv_channels
-            }
-        })
-        .collect_into_vec(&mut out);
-    out
+    let frames = data.len() / (2 * channels);
+    // Blocks of samples, each a plain loop over its bytes: it vectorises, where a per-sample
+    // `map` through the pool's collector called the closure once per sample.
+    crate::parallel::par_fill(frames, |first, out| {
+        let bytes = &data[2 * channels * first..];
+        if channels == 1 {
+            let samples = out.iter_mut().zip(bytes.chunks_exact(2));
+            samples.map(|(o, b)| o.write(value(b))).count()
+        } else {
+            let frames = out.iter_mut().zip(bytes.chunks_exact(2 * channels));
+            frames
+                .map(|(o, frame)| {
+                    let sum = frame.chunks_exact(2).map(value).fold(0.0, |acc, v| acc + v);
+                    o.write(sum * inv_channels)
+                })
+                .count()
+        }
+    })
 }
 
 fn decode_wav_samples(

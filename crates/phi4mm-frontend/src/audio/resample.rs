@@ -63,13 +63,11 @@ pub fn prepare(samples: &[f64], fs: u32, mode: ResampleMode) -> Prepared {
 
 /// The reference's cast to float32, over the caller's rayon pool (a 30 s clip is 480,000 samples).
 fn cast_f32(samples: &[f64]) -> Vec<f32> {
-    let mut out = Vec::new();
-    samples
-        .par_iter()
-        .with_min_len(1 << 15)
-        .map(|&x| x as f32)
-        .collect_into_vec(&mut out);
-    out
+    // A plain loop per block vectorises; a per-sample `map` through the pool's collector did not.
+    crate::parallel::par_fill(samples.len(), |first, out| {
+        let pairs = out.iter_mut().zip(&samples[first..]);
+        pairs.map(|(o, &x)| o.write(x as f32)).count()
+    })
 }
 
 /// Length of the FIR filter [`prepare`] designs for a clip at `fs` Hz in `mode` (0 when the clip

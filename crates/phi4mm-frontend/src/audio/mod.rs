@@ -109,7 +109,7 @@ pub fn features_from_samples(
     };
     if let Some(block) = samples
         .par_chunks(BLOCK)
-        .position_first(|block| any_not_finite(block))
+        .position_first(any_not_finite)
     {
         let index = block * BLOCK
             + samples[block * BLOCK..]

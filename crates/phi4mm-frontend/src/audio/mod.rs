@@ -107,10 +107,7 @@ pub fn features_from_samples(
             .chunks(64)
             .any(|run| run.iter().fold(false, |bad, v| bad | not_finite(v)))
     };
-    if let Some(block) = samples
-        .par_chunks(BLOCK)
-        .position_first(any_not_finite)
-    {
+    if let Some(block) = samples.par_chunks(BLOCK).position_first(any_not_finite) {
         let index = block * BLOCK
             + samples[block * BLOCK..]
                 .iter()

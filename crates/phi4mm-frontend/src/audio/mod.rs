@@ -99,7 +99,7 @@ pub fn features_from_samples(
     let duration_s = samples.len() as f64 / f64::from(sample_rate);
     options.check_frames(samples.len() as u64, sample_rate)?;
     // Blocks over the pool, then the first bad sample of the first bad block.
-    const BLOCK: usize = 1 << 15;
+    use crate::parallel::BLOCK;
     let not_finite = |v: &f64| !v.is_finite();
     // Or-ed over runs of 64 samples without a branch per sample, so that it vectorises.
     let any_not_finite = |block: &[f64]| {

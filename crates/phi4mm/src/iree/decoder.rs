@@ -6,9 +6,10 @@
 //! keys and values into it in place (the cache arguments are their results' storage). A row
 //! starts at the smallest size that holds what the call needs and moves to a larger one only
 //! when it outgrows it, so its memory and its step cost
-//! follow its length, not the context. Rows with one new token share a `decode_b{B}_s{S}` call per
-//! cache size; rows with more tokens (prefill chunks, re-encodes) run `prefill_s{S}` chunk by
-//! chunk.
+//! follow its length, not the context. Rows with one new token share a `decode_b{B}_s{S}_{A}` call
+//! per cache size; rows with more tokens (prefill chunks, re-encodes) run `prefill_s{S}_{A}`
+//! chunk by chunk. `A` is the smallest set of LoRA adapters that covers the call's rows
+//! ([`Adapters::of`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +25,7 @@ use crate::step::{StepBackend, StepRow};
 
 use super::compiler::CompileTarget;
 use super::context::{IreeContext, Rows};
-use super::emit::decoder::{
-    cache_type, decode_name, emit, prefill_cache_name, prefill_name, DecoderShape,
-};
+use super::emit::decoder::{cache_type, emit, Adapters, DecoderFn, DecoderShape, Kind};
 use super::error::{IreeResult, Result};
 use super::mlir::Products;
 use super::weights::Weights;
@@ -217,7 +216,7 @@ impl IreeDecoder {
         let chunk = shape.chunk;
         let module = emit(ck, shape);
         let identity = format!(
-            "decoder v5 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
+            "decoder v6 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
             c.num_layers,
             c.hidden_size,
             c.num_heads,
@@ -265,12 +264,7 @@ impl IreeDecoder {
         let c = ck.config.text.clone();
         let (bytes, weights) = Self::module(ck, ctx, &shape)?;
         let device = ctx.device.clone();
-        let mut names = Vec::new();
-        for &size in &shape.buckets {
-            names.push(prefill_name(size));
-            names.push(prefill_cache_name(size));
-            names.extend(DECODE_BATCHES.iter().map(|&b| decode_name(b, size)));
-        }
+        let names: Vec<String> = shape.functions().iter().map(DecoderFn::name).collect();
         let config = c.clone();
         let worker = Worker::spawn("phi4mm-iree-decoder", move || -> Result<DecoderRt> {
             let runtime = IreeContext::runtime(&device)?;
@@ -343,8 +337,8 @@ impl IreeDecoder {
         need.max(st.size)
     }
 
-    /// Runs `input` (`[n, hidden]`, n ≥ 1) of one row through `prefill_cache_s{S}` chunk by
-    /// chunk, its last chunk through `prefill_s{S}`; returns the logits of its last token.
+    /// Runs `input` (`[n, hidden]`, n ≥ 1) of one row through `prefill_cache_s{S}_{A}` chunk by
+    /// chunk, its last chunk through `prefill_s{S}_{A}`; returns the logits of its last token.
     fn prefill(&self, st: &mut IreeSequence, input: Vec<f32>, adapter: AdapterMode) -> Vec<f32> {
         let h = self.config.hidden_size;
         let chunk = self.shape.chunk;
@@ -383,11 +377,12 @@ impl IreeDecoder {
                     args.push(f32_view(r, &[chunk, 2], &masks)?.into());
                     args.push(cache.k.into());
                     args.push(cache.v.into());
-                    let name = if last {
-                        prefill_name(size)
-                    } else {
-                        prefill_cache_name(size)
-                    };
+                    let name = DecoderFn {
+                        kind: Kind::Prefill { logits: last },
+                        size,
+                        adapters: Adapters::of([adapter]),
+                    }
+                    .name();
                     let mut out = rt.invoke(&name, args)?.into_iter();
                     let logits = if last { out.next() } else { None };
                     let (k, v) = (out.next().unwrap(), out.next().unwrap());
@@ -431,6 +426,7 @@ impl IreeDecoder {
             modes[i] = *a;
             ids.push(st.id);
         }
+        let adapters = Adapters::of(modes.iter().copied());
         let masks = adapter_masks(modes.into_iter());
         let logits = self
             .worker
@@ -453,7 +449,12 @@ impl IreeDecoder {
                     args.push(c.k.into());
                     args.push(c.v.into());
                 }
-                let name = decode_name(b, size);
+                let name = DecoderFn {
+                    kind: Kind::Decode { b },
+                    size,
+                    adapters,
+                }
+                .name();
                 let mut out = rt.invoke(&name, args)?.into_iter();
                 let logits = out.next().unwrap();
                 for i in 0..b {

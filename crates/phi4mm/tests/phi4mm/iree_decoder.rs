@@ -100,7 +100,9 @@ fn every_case_original_layout() {
 #[test]
 fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
     use switchyard_phi4mm::iree::context::{IreeContext, Rows};
-    use switchyard_phi4mm::iree::emit::decoder::{cache_type, decode_name, emit, DecoderShape};
+    use switchyard_phi4mm::iree::emit::decoder::{
+        cache_type, emit, Adapters, DecoderFn, DecoderShape, Kind,
+    };
 
     let ck = switchyard_phi4mm::checkpoint::Checkpoint::open(&fixture().join("model")).unwrap();
     let c = &ck.config.text;
@@ -119,7 +121,15 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
     let rt = IreeContext::runtime(crate::iree_support::device()).unwrap();
     let program = rt.load_vmfb(&bytes).unwrap();
     let f = program
-        .function(&format!("decoder.{}", decode_name(1, size)))
+        .function(&format!(
+            "decoder.{}",
+            DecoderFn {
+                kind: Kind::Decode { b: 1 },
+                size,
+                adapters: Adapters::Base,
+            }
+            .name()
+        ))
         .unwrap();
 
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
@@ -182,7 +192,10 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
 /// several-row products (`Products`: CUDA's forms run here on the CPU too, so CI checks their
 /// math): all rows prefilled in one step, then decoded together, one token per row per step,
 /// each with its own adapter. First-step logits within the fixture tolerance of the reference,
-/// the 8 greedy tokens of every row exact.
+/// the 8 greedy tokens of every row exact. Besides the two batches as the fixture has them
+/// (each with a text, a speech and a vision row: the functions with both adapters), pairs of
+/// their rows: one adapter beside a text row, and two text rows, so that every set of adapters
+/// a call can run with (`Adapters`) decodes rows that must not get it.
 #[test]
 fn both_mixed_batches_in_every_product_form() {
     use switchyard_phi4mm::adapter::AdapterChoice;
@@ -210,17 +223,25 @@ fn both_mixed_batches_in_every_product_form() {
     }
     for products in forms {
         let dec = IreeDecoder::load_shape(&ck, ctx, shape(products)).unwrap();
-        for batch in ["mixed_audio_text", "mixed_image_text"] {
-            let b = &manifest["mixed_batches"][batch];
-            let rows = b["rows"].as_array().unwrap();
-            let what = |r: usize| format!("{products:?} {batch} row {r}");
-            let prompts: Vec<_> = rows
+        let (audio, image) = ("mixed_audio_text", "mixed_image_text");
+        let row_sets: [&[(&str, usize)]; 5] = [
+            &[(audio, 0), (audio, 1), (audio, 2)],
+            &[(image, 0), (image, 1), (image, 2)],
+            // text_base beside audio_speech; image_vision beside text_base; two text_base.
+            &[(audio, 0), (audio, 1)],
+            &[(image, 0), (image, 2)],
+            &[(audio, 0), (image, 2)],
+        ];
+        for set in row_sets {
+            let what = |r: usize| format!("{products:?} {set:?} row {r}");
+            let prompts: Vec<_> = set
                 .iter()
-                .zip(b["adapter_names"].as_array().unwrap())
-                .map(|(case, adapter)| {
-                    let case = case.as_str().unwrap();
+                .map(|&(batch, r)| {
+                    let b = &manifest["mixed_batches"][batch];
+                    let case = b["rows"][r].as_str().unwrap();
+                    let adapter = b["adapter_names"][r].as_str().unwrap();
                     let mut input: PromptInput = case_input(case);
-                    input.adapter = AdapterChoice::Fixed(adapter_mode(adapter.as_str().unwrap()));
+                    input.adapter = AdapterChoice::Fixed(adapter_mode(adapter));
                     (case, host.prepare(&input, 8).unwrap())
                 })
                 .collect();
@@ -252,8 +273,8 @@ fn both_mixed_batches_in_every_product_form() {
                     .map(|t| dec.embed(&t[t.len() - 1..]))
                     .collect();
             }
-            for (r, got) in tokens.iter().enumerate() {
-                assert_eq!(got, &mixed_row_tokens(batch, r), "{}", what(r));
+            for (r, (got, &(batch, row))) in tokens.iter().zip(set).enumerate() {
+                assert_eq!(got, &mixed_row_tokens(batch, row), "{}", what(r));
             }
         }
     }

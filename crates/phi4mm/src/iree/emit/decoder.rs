@@ -1,6 +1,7 @@
-//! The text decoder as StableHLO: for each cache size S, `prefill_s{S}` (one row, a chunk of up
-//! to `chunk` tokens; `prefill_cache_s{S}` the same without logits, for the chunks before a
-//! row's last) and `decode_b{B}_s{S}` (B rows, one token each), in one module `decoder`.
+//! The text decoder as StableHLO: for each cache size S and set of adapters A, `prefill_s{S}_{A}`
+//! (one row, a chunk of up to `chunk` tokens; `prefill_cache_s{S}_{A}` the same without logits,
+//! for the chunks before a row's last) and `decode_b{B}_s{S}_{A}` (B rows, one token each), in
+//! one module `decoder`.
 //!
 //! Shapes are static: every row's KV cache is a `[layers, kv_heads, S, head_dim]` pair of
 //! arguments that are also the storage of the results that return them (`iree.abi.output`), so a
@@ -13,7 +14,11 @@
 //! host (they depend on the LongRoPE mode, which the host decides per row, exactly as the host
 //! backend does). Per-row LoRA: each adapter's A and B run over all rows of the call, multiplied
 //! by a per-row 0/1 mask, so rows choose their adapter at run time with no global adapter state.
+//! Each function exists once per set of adapters its rows may use ([`Adapters`]), and a call
+//! runs the smallest set that covers its rows: an adapter no row uses would cost its products
+//! all the same.
 
+use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, LoraAdapter, TextConfig};
 
 use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, Products, TensorType, Value};
@@ -76,6 +81,137 @@ impl DecoderShape {
     /// The smallest cache size that holds `positions`.
     pub fn bucket(&self, positions: usize) -> Option<usize> {
         self.buckets.iter().copied().find(|&s| s >= positions)
+    }
+}
+
+/// The LoRA adapters one compiled function applies, each to the rows its mask selects.
+///
+/// Every adapter applied costs each projection two small products (and a decode step their
+/// dispatches) whether or not a row uses it, far more than their share of the arithmetic: on
+/// the benchmark checkpoint (8 layers, ranks 32 and 24; `phi4mm bench-batch --backend iree`),
+/// text prompts prefill 1.1–1.2× as fast with the base weights alone (`docs/benchmarks.md`).
+/// The price is more functions to compile (about 1.7× the decoder's cold compile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Adapters {
+    Base,
+    Speech,
+    Vision,
+    /// Both adapters: rows of a decode call that use different ones.
+    Mixed,
+}
+
+impl Adapters {
+    /// What a prefill call may need: its one row has one adapter.
+    pub const ONE_ROW: [Adapters; 3] = [Adapters::Base, Adapters::Speech, Adapters::Vision];
+    pub const ALL: [Adapters; 4] = [
+        Adapters::Base,
+        Adapters::Speech,
+        Adapters::Vision,
+        Adapters::Mixed,
+    ];
+
+    /// The smallest set that covers rows with these modes.
+    pub fn of(modes: impl IntoIterator<Item = AdapterMode>) -> Self {
+        let (mut speech, mut vision) = (false, false);
+        for mode in modes {
+            match mode {
+                AdapterMode::None => {}
+                AdapterMode::Speech => speech = true,
+                AdapterMode::Vision => vision = true,
+            }
+        }
+        match (speech, vision) {
+            (false, false) => Adapters::Base,
+            (true, false) => Adapters::Speech,
+            (false, true) => Adapters::Vision,
+            (true, true) => Adapters::Mixed,
+        }
+    }
+
+    /// The sets a call of `rows` rows may need.
+    pub fn for_rows(rows: usize) -> &'static [Adapters] {
+        if rows == 1 {
+            &Self::ONE_ROW
+        } else {
+            &Self::ALL
+        }
+    }
+
+    fn applies(self, adapter: LoraAdapter) -> bool {
+        matches!(
+            (self, adapter),
+            (Adapters::Mixed, _)
+                | (Adapters::Speech, LoraAdapter::Speech)
+                | (Adapters::Vision, LoraAdapter::Vision)
+        )
+    }
+
+    /// The suffix of the functions' names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Adapters::Base => "base",
+            Adapters::Speech => "speech",
+            Adapters::Vision => "vision",
+            Adapters::Mixed => "mixed",
+        }
+    }
+}
+
+/// What one function of the module computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One row's chunk; `logits` for the row's last chunk.
+    Prefill { logits: bool },
+    /// `b` rows, one token each.
+    Decode { b: usize },
+}
+
+/// One function of the module: what it computes, at which cache size, with which adapters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderFn {
+    pub kind: Kind,
+    pub size: usize,
+    pub adapters: Adapters,
+}
+
+impl DecoderFn {
+    pub fn name(&self) -> String {
+        let (size, a) = (self.size, self.adapters.as_str());
+        match self.kind {
+            Kind::Prefill { logits: true } => format!("prefill_s{size}_{a}"),
+            Kind::Prefill { logits: false } => format!("prefill_cache_s{size}_{a}"),
+            Kind::Decode { b } => format!("decode_b{b}_s{size}_{a}"),
+        }
+    }
+}
+
+impl DecoderShape {
+    /// Every function of the module, in its order.
+    pub fn functions(&self) -> Vec<DecoderFn> {
+        let mut out = Vec::new();
+        for &size in &self.buckets {
+            for logits in [true, false] {
+                for &adapters in Adapters::for_rows(1) {
+                    let kind = Kind::Prefill { logits };
+                    out.push(DecoderFn {
+                        kind,
+                        size,
+                        adapters,
+                    });
+                }
+            }
+            for &b in self.batches {
+                for &adapters in Adapters::for_rows(b) {
+                    let kind = Kind::Decode { b };
+                    out.push(DecoderFn {
+                        kind,
+                        size,
+                        adapters,
+                    });
+                }
+            }
+        }
+        out
     }
 }
 
@@ -164,10 +300,18 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
     }
 }
 
-/// `x · Wᵀ` plus each adapter's `scale · (m ⊙ (x·Aᵀ))·Bᵀ`, `m` the per-row mask of that adapter.
-fn proj(f: &mut Func, x: &Value, p: &ProjW, speech_mask: &Value, vision_mask: &Value) -> Value {
+/// `x · Wᵀ` plus, for each adapter in `t.adapters`, `scale · (m ⊙ (x·Aᵀ))·Bᵀ`, `m` the per-row
+/// mask of that adapter.
+fn proj(f: &mut Func, x: &Value, p: &ProjW, t: &TokenInputs) -> Value {
     let mut y = f.linear_t(x, &p.base);
-    for (lora, mask) in [(&p.speech, speech_mask), (&p.vision, vision_mask)] {
+    let adapters = [
+        (LoraAdapter::Speech, &p.speech, t.speech),
+        (LoraAdapter::Vision, &p.vision, t.vision),
+    ];
+    for (adapter, lora, mask) in adapters {
+        if !t.adapters.applies(adapter) {
+            continue;
+        }
         if let Some(l) = lora {
             let ax = f.linear_t(x, &l.a);
             let m = f.broadcast(mask, &ax.ty.shape.clone(), &[0]);
@@ -279,12 +423,14 @@ struct RowArgs {
 
 /// The layer stack over `x` `[rows, hidden]` whose rows belong to `row_args` (contiguous
 /// ranges); returns the final hidden states and each row's updated cache.
-/// Per-token inputs shared by every layer: RoPE tables and the two adapter masks.
+/// Per-token inputs shared by every layer: RoPE tables and the two adapter masks, and which
+/// adapters the function applies.
 struct TokenInputs<'a> {
     cos: &'a Value,
     sin: &'a Value,
     speech: &'a Value,
     vision: &'a Value,
+    adapters: Adapters,
 }
 
 fn layers(
@@ -295,14 +441,14 @@ fn layers(
     t: &TokenInputs,
     rows: &mut [RowArgs],
 ) -> Value {
-    let (cos, sin, masks) = (t.cos, t.sin, (t.speech, t.vision));
+    let (cos, sin) = (t.cos, t.sin);
     let total = x.dim(0);
     let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
     let (qw, kw) = (nh * hd, nkv * hd);
     let inter = c.intermediate_size;
     for (li, lw) in w.layers.iter().enumerate() {
         let normed = f.rms_norm(&x, &lw.input_norm, c.rms_norm_eps);
-        let qkv = proj(f, &normed, &lw.qkv, masks.0, masks.1);
+        let qkv = proj(f, &normed, &lw.qkv, t);
         let q = f.slice(&qkv, &[0, 0], &[total, qw]);
         let k = f.slice(&qkv, &[0, qw], &[total, qw + kw]);
         let v = f.slice(&qkv, &[0, qw + kw], &[total, qw + 2 * kw]);
@@ -326,16 +472,16 @@ fn layers(
         } else {
             f.concat(&refs, 0)
         };
-        let o = proj(f, &attn, &lw.o, masks.0, masks.1);
+        let o = proj(f, &attn, &lw.o, t);
         x = f.add(&x, &o);
 
         let normed = f.rms_norm(&x, &lw.post_norm, c.rms_norm_eps);
-        let gu = proj(f, &normed, &lw.gate_up, masks.0, masks.1);
+        let gu = proj(f, &normed, &lw.gate_up, t);
         let gate = f.slice(&gu, &[0, 0], &[total, inter]);
         let up = f.slice(&gu, &[0, inter], &[total, 2 * inter]);
         let act = f.silu(&gate);
         let act = f.binary(BinaryOp::Mul, &up, &act);
-        let d = proj(f, &act, &lw.down, masks.0, masks.1);
+        let d = proj(f, &act, &lw.down, t);
         x = f.add(&x, &d);
     }
     x
@@ -346,27 +492,19 @@ fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &Value) -> Value {
     f.linear_t(&normed, &w.lm_head)
 }
 
-/// `prefill_s{S}(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin
+/// `prefill_s{S}_{A}(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin
 /// [chunk, rot/2], adapter_masks [chunk, 2], k, v [layers, kv_heads, S, head_dim]) →
-/// (logits [1, vocab] of token n−1, k, v)`; with `logits` false, `prefill_cache_s{S}` with the
-/// same arguments returns only `(k, v)`. A row's chunks before its last need no logits, and the
-/// head (a vocabulary-sized product) would cost about as much as the chunk's layers; IREE drops
-/// everything that only fed it, down to the last layer's MLP.
-fn emit_prefill(
-    ck: &Checkpoint,
-    s: &DecoderShape,
-    size: usize,
-    logits: bool,
-    w: &mut Weights,
-) -> Func {
-    let c = &ck.config.text;
-    let chunk = s.chunk;
-    let name = if logits {
-        prefill_name(size)
-    } else {
-        prefill_cache_name(size)
+/// (logits [1, vocab] of token n−1, k, v)`; with `logits` false, `prefill_cache_s{S}_{A}` with
+/// the same arguments returns only `(k, v)`. A row's chunks before its last need no logits, and
+/// the head (a vocabulary-sized product) would cost about as much as the chunk's layers; IREE
+/// drops everything that only fed it, down to the last layer's MLP.
+fn emit_prefill(ck: &Checkpoint, s: &DecoderShape, fun: DecoderFn, w: &mut Weights) -> Func {
+    let Kind::Prefill { logits } = fun.kind else {
+        unreachable!("a prefill function")
     };
-    let mut f = Func::new(&name).with_products(s.products);
+    let (c, size) = (&ck.config.text, fun.size);
+    let chunk = s.chunk;
+    let mut f = Func::new(&fun.name()).with_products(s.products);
     let dw = declare(&mut f, w, ck);
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let n = chunk;
@@ -397,6 +535,7 @@ fn emit_prefill(
         sin: &sin,
         speech: &sm,
         vision: &vm,
+        adapters: fun.adapters,
     };
     let x = layers(&mut f, &dw, c, x, &t, &mut rows);
     if !logits {
@@ -416,17 +555,14 @@ fn emit_prefill(
     f
 }
 
-/// `decode_b{B}_s{S}(weights…, embeds [B, hidden], pos [B] i32, cos, sin [B, rot/2],
+/// `decode_b{B}_s{S}_{A}(weights…, embeds [B, hidden], pos [B] i32, cos, sin [B, rot/2],
 /// adapter_masks [B, 2], k_0, v_0, …, k_{B−1}, v_{B−1}) → (logits [B, vocab], k_0, v_0, …)`.
-fn emit_decode(
-    ck: &Checkpoint,
-    products: Products,
-    size: usize,
-    b: usize,
-    w: &mut Weights,
-) -> Func {
-    let c = &ck.config.text;
-    let mut f = Func::new(&decode_name(b, size)).with_products(products);
+fn emit_decode(ck: &Checkpoint, products: Products, fun: DecoderFn, w: &mut Weights) -> Func {
+    let Kind::Decode { b } = fun.kind else {
+        unreachable!("a decode function")
+    };
+    let (c, size) = (&ck.config.text, fun.size);
+    let mut f = Func::new(&fun.name()).with_products(products);
     let dw = declare(&mut f, w, ck);
     let (h, half) = (c.hidden_size, c.rotary_dim / 2);
     let x = f.arg(TensorType::f32(&[b, h]));
@@ -457,6 +593,7 @@ fn emit_decode(
         sin: &sin,
         speech: &sm,
         vision: &vm,
+        adapters: fun.adapters,
     };
     let x = layers(&mut f, &dw, c, x, &t, &mut rows);
     let logits = head(&mut f, &dw, c, &x);
@@ -474,32 +611,17 @@ pub fn cache_type(c: &TextConfig, capacity: usize) -> TensorType {
     TensorType::f32(&[c.num_layers, c.num_kv_heads, capacity, c.head_dim])
 }
 
-/// The prefill function for cache size `size`.
-pub fn prefill_name(size: usize) -> String {
-    format!("prefill_s{size}")
-}
-
-/// The prefill function for cache size `size` that returns no logits.
-pub fn prefill_cache_name(size: usize) -> String {
-    format!("prefill_cache_s{size}")
-}
-
-/// The decode function for `b` rows at cache size `size`.
-pub fn decode_name(b: usize, size: usize) -> String {
-    format!("decode_b{b}_s{size}")
-}
-
 /// The whole decoder module.
 pub fn emit(ck: &Checkpoint, s: &DecoderShape) -> DecoderModule {
     let mut w = Weights::default();
-    let mut funcs = Vec::new();
-    for &size in &s.buckets {
-        funcs.push(emit_prefill(ck, s, size, true, &mut w));
-        funcs.push(emit_prefill(ck, s, size, false, &mut w));
-        for &b in s.batches {
-            funcs.push(emit_decode(ck, s.products, size, b, &mut w));
-        }
-    }
+    let funcs = s
+        .functions()
+        .into_iter()
+        .map(|fun| match fun.kind {
+            Kind::Prefill { .. } => emit_prefill(ck, s, fun, &mut w),
+            Kind::Decode { .. } => emit_decode(ck, s.products, fun, &mut w),
+        })
+        .collect::<Vec<_>>();
     DecoderModule {
         mlir: mlir::module("decoder", &funcs),
         weights: w,
@@ -508,7 +630,41 @@ pub fn emit(ck: &Checkpoint, s: &DecoderShape) -> DecoderModule {
 
 #[cfg(test)]
 mod tests {
-    use super::DecoderShape;
+    use super::{Adapters, DecoderShape, Kind};
+    use crate::adapter::AdapterMode;
+
+    #[test]
+    fn a_call_runs_the_smallest_adapter_set_that_covers_its_rows() {
+        use AdapterMode::{None as Text, Speech, Vision};
+        assert_eq!(Adapters::of([Text, Text]), Adapters::Base);
+        assert_eq!(Adapters::of([]), Adapters::Base);
+        assert_eq!(Adapters::of([Text, Speech]), Adapters::Speech);
+        assert_eq!(Adapters::of([Vision, Text, Vision]), Adapters::Vision);
+        assert_eq!(Adapters::of([Speech, Text, Vision]), Adapters::Mixed);
+        // Every set a call can need is compiled for its batch size.
+        let shape = DecoderShape::new(112, 16, &[1, 2]);
+        let functions = shape.functions();
+        for (b, modes) in [
+            (1, vec![Speech]),
+            (1, vec![Text]),
+            (2, vec![Speech, Vision]),
+            (2, vec![Text, Vision]),
+        ] {
+            let adapters = Adapters::of(modes);
+            assert!(functions
+                .iter()
+                .any(|f| f.kind == Kind::Decode { b } && f.adapters == adapters));
+        }
+        // One row never needs both: no such function is compiled.
+        assert!(!functions
+            .iter()
+            .any(|f| f.adapters == Adapters::Mixed && f.kind != Kind::Decode { b: 2 }));
+        let names: Vec<String> = functions.iter().map(|f| f.name()).collect();
+        assert!(names.contains(&"prefill_s128_speech".to_string()));
+        assert!(names.contains(&"prefill_cache_s128_base".to_string()));
+        assert!(names.contains(&"decode_b2_s128_mixed".to_string()));
+        assert_eq!(names.len(), 2 * 3 + 3 + 4);
+    }
 
     #[test]
     fn cache_sizes_grow_geometrically_up_to_context_plus_chunk() {

@@ -8,8 +8,8 @@
 //! when it outgrows it, so its memory and its step cost
 //! follow its length, not the context. Rows with one new token share a `decode_b{B}_s{S}_{A}` call
 //! per cache size; rows with more tokens (prefill chunks, re-encodes) run `prefill_s{S}_{A}`
-//! chunk by chunk. `A` is the smallest set of LoRA adapters that covers the call's rows
-//! ([`Adapters::of`]).
+//! chunk by chunk. `A` is the set of LoRA adapters the call's rows need
+//! ([`Adapters::for_call`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -380,7 +380,7 @@ impl IreeDecoder {
                     let name = DecoderFn {
                         kind: Kind::Prefill { logits: last },
                         size,
-                        adapters: Adapters::of([adapter]),
+                        adapters: Adapters::for_call(&[adapter]),
                     }
                     .name();
                     let mut out = rt.invoke(&name, args)?.into_iter();
@@ -426,7 +426,7 @@ impl IreeDecoder {
             modes[i] = *a;
             ids.push(st.id);
         }
-        let adapters = Adapters::of(modes.iter().copied());
+        let adapters = Adapters::for_call(&modes);
         let masks = adapter_masks(modes.into_iter());
         let logits = self
             .worker

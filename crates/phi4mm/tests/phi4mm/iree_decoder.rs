@@ -193,9 +193,9 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
 /// math): all rows prefilled in one step, then decoded together, one token per row per step,
 /// each with its own adapter. First-step logits within the fixture tolerance of the reference,
 /// the 8 greedy tokens of every row exact. Besides the two batches as the fixture has them
-/// (each with a text, a speech and a vision row: the functions with both adapters), pairs of
-/// their rows: one adapter beside a text row, and two text rows, so that every set of adapters
-/// a call can run with (`Adapters`) decodes rows that must not get it.
+/// (each with a text, a speech and a vision row), pairs of their rows: one adapter beside a text
+/// row (the functions with both adapters, masked per row), and two text rows (the functions
+/// with none).
 #[test]
 fn both_mixed_batches_in_every_product_form() {
     use switchyard_phi4mm::adapter::AdapterChoice;

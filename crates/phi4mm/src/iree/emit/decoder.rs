@@ -14,9 +14,8 @@
 //! host (they depend on the LongRoPE mode, which the host decides per row, exactly as the host
 //! backend does). Per-row LoRA: each adapter's A and B run over all rows of the call, multiplied
 //! by a per-row 0/1 mask, so rows choose their adapter at run time with no global adapter state.
-//! Each function exists once per set of adapters its rows may use ([`Adapters`]), and a call
-//! runs the smallest set that covers its rows: an adapter no row uses would cost its products
-//! all the same.
+//! An adapter no row uses would cost its products all the same, so each function exists once
+//! per set of adapters ([`Adapters`]): text rows run the base weights alone.
 
 use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, LoraAdapter, TextConfig};
@@ -90,50 +89,37 @@ impl DecoderShape {
 /// dispatches) whether or not a row uses it, far more than their share of the arithmetic: on
 /// the benchmark checkpoint (8 layers, ranks 32 and 24; `phi4mm bench-batch --backend iree`),
 /// text prompts prefill 1.1–1.2× as fast with the base weights alone (`docs/benchmarks.md`).
-/// The price is more functions to compile (about 1.7× the decoder's cold compile).
+/// Each set is one more function per batch size and cache size to compile, though (every set
+/// for every call: twice the decoder's cold compile), so a call of one row (every prefill
+/// chunk, a batch-1 step) runs exactly its row's adapter, and a call of several rows runs the
+/// base weights alone when all its rows are text, and both adapters otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Adapters {
     Base,
     Speech,
     Vision,
-    /// Both adapters: rows of a decode call that use different ones.
+    /// Both adapters: several rows, not all of them text.
     Mixed,
 }
 
 impl Adapters {
-    /// What a prefill call may need: its one row has one adapter.
-    pub const ONE_ROW: [Adapters; 3] = [Adapters::Base, Adapters::Speech, Adapters::Vision];
-    pub const ALL: [Adapters; 4] = [
-        Adapters::Base,
-        Adapters::Speech,
-        Adapters::Vision,
-        Adapters::Mixed,
-    ];
-
-    /// The smallest set that covers rows with these modes.
-    pub fn of(modes: impl IntoIterator<Item = AdapterMode>) -> Self {
-        let (mut speech, mut vision) = (false, false);
-        for mode in modes {
-            match mode {
-                AdapterMode::None => {}
-                AdapterMode::Speech => speech = true,
-                AdapterMode::Vision => vision = true,
-            }
-        }
-        match (speech, vision) {
-            (false, false) => Adapters::Base,
-            (true, false) => Adapters::Speech,
-            (false, true) => Adapters::Vision,
-            (true, true) => Adapters::Mixed,
+    /// What a call of `rows` rows runs with, for rows with these modes (one per row of the
+    /// call, padding rows as text).
+    pub fn for_call(modes: &[AdapterMode]) -> Self {
+        match modes {
+            [AdapterMode::Speech] => Adapters::Speech,
+            [AdapterMode::Vision] => Adapters::Vision,
+            _ if modes.iter().all(|&m| m == AdapterMode::None) => Adapters::Base,
+            _ => Adapters::Mixed,
         }
     }
 
-    /// The sets a call of `rows` rows may need.
-    pub fn for_rows(rows: usize) -> &'static [Adapters] {
+    /// The sets compiled for calls of `rows` rows: every value [`Adapters::for_call`] gives.
+    pub fn compiled_for(rows: usize) -> &'static [Adapters] {
         if rows == 1 {
-            &Self::ONE_ROW
+            &[Adapters::Base, Adapters::Speech, Adapters::Vision]
         } else {
-            &Self::ALL
+            &[Adapters::Base, Adapters::Mixed]
         }
     }
 
@@ -191,7 +177,7 @@ impl DecoderShape {
         let mut out = Vec::new();
         for &size in &self.buckets {
             for logits in [true, false] {
-                for &adapters in Adapters::for_rows(1) {
+                for &adapters in Adapters::compiled_for(1) {
                     let kind = Kind::Prefill { logits };
                     out.push(DecoderFn {
                         kind,
@@ -201,7 +187,7 @@ impl DecoderShape {
                 }
             }
             for &b in self.batches {
-                for &adapters in Adapters::for_rows(b) {
+                for &adapters in Adapters::compiled_for(b) {
                     let kind = Kind::Decode { b };
                     out.push(DecoderFn {
                         kind,
@@ -634,36 +620,36 @@ mod tests {
     use crate::adapter::AdapterMode;
 
     #[test]
-    fn a_call_runs_the_smallest_adapter_set_that_covers_its_rows() {
+    fn a_call_runs_its_rows_adapters_and_each_such_set_is_compiled() {
         use AdapterMode::{None as Text, Speech, Vision};
-        assert_eq!(Adapters::of([Text, Text]), Adapters::Base);
-        assert_eq!(Adapters::of([]), Adapters::Base);
-        assert_eq!(Adapters::of([Text, Speech]), Adapters::Speech);
-        assert_eq!(Adapters::of([Vision, Text, Vision]), Adapters::Vision);
-        assert_eq!(Adapters::of([Speech, Text, Vision]), Adapters::Mixed);
-        // Every set a call can need is compiled for its batch size.
         let shape = DecoderShape::new(112, 16, &[1, 2]);
         let functions = shape.functions();
-        for (b, modes) in [
-            (1, vec![Speech]),
-            (1, vec![Text]),
-            (2, vec![Speech, Vision]),
-            (2, vec![Text, Vision]),
+        for (modes, want) in [
+            (&[Text][..], Adapters::Base),
+            (&[Speech], Adapters::Speech),
+            (&[Vision], Adapters::Vision),
+            (&[Text, Text], Adapters::Base),
+            (&[Text, Vision], Adapters::Mixed),
+            (&[Speech, Speech], Adapters::Mixed),
+            (&[Speech, Text, Vision], Adapters::Mixed),
         ] {
-            let adapters = Adapters::of(modes);
-            assert!(functions
-                .iter()
-                .any(|f| f.kind == Kind::Decode { b } && f.adapters == adapters));
+            let adapters = Adapters::for_call(modes);
+            assert_eq!(adapters, want, "{modes:?}");
+            let b = modes.len().min(2);
+            assert!(
+                functions
+                    .iter()
+                    .any(|f| f.kind == Kind::Decode { b } && f.adapters == adapters),
+                "{modes:?}"
+            );
         }
-        // One row never needs both: no such function is compiled.
-        assert!(!functions
-            .iter()
-            .any(|f| f.adapters == Adapters::Mixed && f.kind != Kind::Decode { b: 2 }));
         let names: Vec<String> = functions.iter().map(|f| f.name()).collect();
         assert!(names.contains(&"prefill_s128_speech".to_string()));
         assert!(names.contains(&"prefill_cache_s128_base".to_string()));
+        assert!(names.contains(&"decode_b1_s128_vision".to_string()));
         assert!(names.contains(&"decode_b2_s128_mixed".to_string()));
-        assert_eq!(names.len(), 2 * 3 + 3 + 4);
+        // Prefill 2 × 3 sets, batch 1 3 sets, batch 2 2 sets.
+        assert_eq!(names.len(), 2 * 3 + 3 + 2);
     }
 
     #[test]

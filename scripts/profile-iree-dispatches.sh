@@ -16,7 +16,7 @@
 # version.
 set -euo pipefail
 mlir=$(realpath "${1:?the dumped <sha256>.mlir}")
-function=${2:?a function of the module, e.g. subsample, window_w500, prefill_s216}
+function=${2:?a function of the module, e.g. subsample, window_w500, prefill_s216_base}
 threads=${3:-2}
 cd "$(dirname "$0")/.."
 . scripts/iree-env.sh >/dev/null

@@ -10,6 +10,7 @@
 //!   router sees the request; the router's extractors get `max_body_bytes` as their limit;
 //! - on the admin listener, the peer address as [`axum::extract::ConnectInfo`], for the admin
 //!   guard;
+//! - `TCP_NODELAY` on every connection ([`configure_accepted`]), so streamed tokens leave at once;
 //! - on stop, no new connections, and the open ones finish by the stop's deadline
 //!   (hyper-util's `GracefulShutdown`), after which they are dropped.
 //!

@@ -103,8 +103,8 @@ pub enum Adapters {
 }
 
 impl Adapters {
-    /// What a call of `rows` rows runs with, for rows with these modes (one per row of the
-    /// call, padding rows as text).
+    /// What a call runs with, given its rows' modes (one per row of the call, padding rows as
+    /// text).
     pub fn for_call(modes: &[AdapterMode]) -> Self {
         match modes {
             [AdapterMode::Speech] => Adapters::Speech,
@@ -172,29 +172,24 @@ impl DecoderFn {
 }
 
 impl DecoderShape {
-    /// Every function of the module, in its order.
+    /// Every function of the module, in its order: per cache size, the prefill functions, then
+    /// the decode functions of each batch size, each once per set of adapters it may need.
     pub fn functions(&self) -> Vec<DecoderFn> {
+        let prefill = [true, false].map(|logits| (Kind::Prefill { logits }, 1));
+        let decode = self.batches.iter().map(|&b| (Kind::Decode { b }, b));
+        let kinds: Vec<(Kind, usize)> = prefill.into_iter().chain(decode).collect();
         let mut out = Vec::new();
         for &size in &self.buckets {
-            for logits in [true, false] {
-                for &adapters in Adapters::compiled_for(1) {
-                    let kind = Kind::Prefill { logits };
-                    out.push(DecoderFn {
-                        kind,
-                        size,
-                        adapters,
-                    });
-                }
-            }
-            for &b in self.batches {
-                for &adapters in Adapters::compiled_for(b) {
-                    let kind = Kind::Decode { b };
-                    out.push(DecoderFn {
-                        kind,
-                        size,
-                        adapters,
-                    });
-                }
+            for &(kind, rows) in &kinds {
+                out.extend(
+                    Adapters::compiled_for(rows)
+                        .iter()
+                        .map(|&adapters| DecoderFn {
+                            kind,
+                            size,
+                            adapters,
+                        }),
+                );
             }
         }
         out

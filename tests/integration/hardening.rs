@@ -668,7 +668,15 @@ async fn after_the_hostile_mix_the_server_serves_and_its_memory_is_back() {
     assert_eq!(status, 200, "{report}");
     let metrics = server.metrics().await;
     parse_metrics(&metrics);
-    let end = proc_status_kb(server.pid(), "VmRSS:");
+    // Memory goes back through the host's once-a-second `malloc_trim` and the blocking pool's
+    // idle threads exiting (tokio keeps them 10 s): under a loaded CI machine more of those
+    // threads start, so the figure is read until it settles, for at most 15 s.
+    let settled_by = Instant::now() + Duration::from_secs(15);
+    let mut end = proc_status_kb(server.pid(), "VmRSS:");
+    while end * 2 > start * 3 && Instant::now() < settled_by {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        end = proc_status_kb(server.pid(), "VmRSS:");
+    }
     assert!(
         end * 2 <= start * 3,
         "resident memory grew from {start} kB to {end} kB (more than 1.5×)"

@@ -216,7 +216,7 @@ impl IreeDecoder {
         let chunk = shape.chunk;
         let module = emit(ck, shape);
         let identity = format!(
-            "decoder v6 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
+            "decoder v7 layers={} hidden={} heads={}/{} head_dim={} rot={} inter={} vocab={} sizes={:?} chunk={chunk} batches={:?} f32",
             c.num_layers,
             c.hidden_size,
             c.num_heads,
@@ -248,7 +248,7 @@ impl IreeDecoder {
     pub fn shape(context: usize, chunk: usize, ctx: &IreeContext) -> DecoderShape {
         let products = match ctx.compiler.target() {
             CompileTarget::Cuda { .. } => Products::RowMatvecs,
-            CompileTarget::LlvmCpu { .. } => Products::RowMajor,
+            CompileTarget::LlvmCpu { .. } => Products::Tiles,
         };
         DecoderShape::new(context, chunk, DECODE_BATCHES).with_products(products)
     }

@@ -87,7 +87,7 @@ impl std::fmt::Display for TensorType {
 /// An SSA value of a function under construction.
 #[derive(Clone, Debug)]
 pub struct Value {
-    name: String,
+    pub(super) name: String,
     pub ty: TensorType,
 }
 
@@ -184,6 +184,10 @@ pub enum Products {
     /// Up to [`MATVEC_ROWS`] rows as one matrix-vector product each, over the weight as stored;
     /// more as [`Products::WeightMajor`].
     RowMatvecs,
+    /// The module's weights declared in tiles, packed once at upload, and every product by them
+    /// IREE's four-dimensional one, whatever its rows ([`crate::iree::tiles`]); products by
+    /// values of the call (LoRA's, through their rank) as [`Products::RowMajor`].
+    Tiles,
 }
 
 /// The most rows [`Products::RowMatvecs`] writes as matrix-vector products.
@@ -206,6 +210,11 @@ impl Func {
     pub fn with_products(mut self, products: Products) -> Self {
         self.products = products;
         self
+    }
+
+    /// How this function writes its few-row products.
+    pub fn products(&self) -> Products {
+        self.products
     }
 
     /// Declares the next function argument.
@@ -234,13 +243,19 @@ impl Func {
         self.results = results;
     }
 
-    fn fresh(&mut self, ty: TensorType) -> Value {
+    /// A new SSA name of type `ty`.
+    pub(super) fn fresh(&mut self, ty: TensorType) -> Value {
         let v = Value {
             name: format!("%{}", self.next),
             ty,
         };
         self.next += 1;
         v
+    }
+
+    /// Appends one line of MLIR to the body (for ops this builder does not print generically).
+    pub(super) fn line(&mut self, text: &str) {
+        writeln!(self.body, "    {text}").unwrap();
     }
 
     /// Emits `%r = "op"(operands) {attrs} : (types) -> type`.
@@ -679,7 +694,9 @@ impl Func {
                 p => p,
             };
             match form {
-                Products::RowMajor => self.dot_general(&x2, w, (&[], &[]), (&[1], &[1])),
+                Products::RowMajor | Products::Tiles => {
+                    self.dot_general(&x2, w, (&[], &[]), (&[1], &[1]))
+                }
                 Products::WeightMajor => {
                     let yt = self.dot_general(w, &x2, (&[], &[]), (&[1], &[1]));
                     self.transpose(&yt, &[1, 0])

@@ -11,6 +11,7 @@ pub mod emit;
 mod error;
 pub mod mlir;
 mod progress;
+pub mod tiles;
 pub mod vision;
 pub mod weights;
 pub mod worker;

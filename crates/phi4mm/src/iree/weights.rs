@@ -1,6 +1,6 @@
 //! Weights as module arguments: declared in their stored precision (bf16 stays bf16, widened to
-//! f32 inside the module), recorded in order as the module's weight schema, and uploaded once to
-//! resident device buffers that every call reuses.
+//! f32 inside the module), as stored or in tiles ([`super::tiles`]), recorded in order as the
+//! module's weight schema, and uploaded once to resident device buffers that every call reuses.
 
 use eerie::runtime::{self, Runtime, RuntimeError};
 use half::slice::HalfBitsSliceExt;
@@ -10,11 +10,19 @@ use crate::checkpoint::{TensorView, WeightData};
 use artifact_cache::WeightSpec;
 
 use super::mlir::{DType, Func, TensorType, Value};
+use super::tiles::{tile_rows, tiled_shape, TiledWeight};
+
+/// How a weight lies in its device buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Stored,
+    Tiles,
+}
 
 /// The weight arguments of one module, in declaration order.
 #[derive(Default, Clone)]
 pub struct Weights {
-    pub views: Vec<TensorView>,
+    views: Vec<(TensorView, Layout)>,
     pub specs: Vec<WeightSpec>,
 }
 
@@ -22,38 +30,77 @@ impl Weights {
     /// Declares `t` as the next argument of `f` and returns it widened to f32.
     ///
     /// Arguments are declared in the same order in every function of a module, so one uploaded
-    /// list serves all of them; `index` says where this weight sits in that list.
+    /// list serves all of them.
     pub fn arg(&mut self, f: &mut Func, name: &str, t: &TensorView) -> Value {
+        let v = self.declare(f, name, t, Layout::Stored);
+        f.convert(&v, DType::F32)
+    }
+
+    /// Declares the matrix `t` (`[n, k]`) as the next argument of `f`, in tiles
+    /// ([`super::tiles`]) and its stored precision; [`Weights::upload`] packs it.
+    pub fn tiled(&mut self, f: &mut Func, name: &str, t: &TensorView) -> TiledWeight {
+        TiledWeight {
+            tiles: self.declare(f, name, t, Layout::Tiles),
+            n: t.shape[0],
+        }
+    }
+
+    fn declare(&mut self, f: &mut Func, name: &str, t: &TensorView, layout: Layout) -> Value {
         let dtype = match t.dtype {
             StoredDType::BF16 => DType::Bf16,
             StoredDType::F16 => DType::F16,
             StoredDType::F32 => DType::F32,
         };
-        let v = f.arg(TensorType::new(&t.shape, dtype));
-        if !self.specs.iter().any(|s| s.name == name) {
-            self.specs.push(WeightSpec {
-                name: name.to_string(),
-                dtype: dtype.mlir().to_string(),
-                shape: t.shape.clone(),
-            });
-            self.views.push(t.clone());
+        let shape = match layout {
+            Layout::Stored => t.shape.clone(),
+            Layout::Tiles => tiled_shape(&t.shape),
+        };
+        let v = f.arg(TensorType::new(&shape, dtype));
+        match self.specs.iter().position(|s| s.name == name) {
+            Some(i) => assert_eq!(self.views[i].1, layout, "{name} in two layouts"),
+            None => {
+                self.specs.push(WeightSpec {
+                    name: name.to_string(),
+                    dtype: dtype.mlir().to_string(),
+                    shape,
+                });
+                self.views.push((t.clone(), layout));
+            }
         }
-        f.convert(&v, DType::F32)
+        v
     }
 
-    /// Uploads every weight to `rt`'s device, in schema order.
+    /// Uploads every weight to `rt`'s device, in schema order; weights in tiles are packed on
+    /// the way (one weight's copy at a time).
     pub fn upload(&self, rt: &Runtime) -> Result<Vec<runtime::Value>, RuntimeError> {
         self.views
             .iter()
-            .map(|t| {
-                Ok(match t.data() {
-                    WeightData::Bf16(s) => rt
+            .zip(&self.specs)
+            .map(|((t, layout), spec)| {
+                let (n, k) = (t.shape[0], t.shape[1..].iter().product());
+                Ok(match (t.data(), layout) {
+                    (WeightData::Bf16(s), Layout::Stored) => rt
                         .buffer_view(&t.shape, s.reinterpret_cast::<half::bf16>())?
                         .into(),
-                    WeightData::F16(s) => rt
+                    (WeightData::Bf16(s), Layout::Tiles) => rt
+                        .buffer_view(
+                            &spec.shape,
+                            tile_rows(s, n, k).reinterpret_cast::<half::bf16>(),
+                        )?
+                        .into(),
+                    (WeightData::F16(s), Layout::Stored) => rt
                         .buffer_view(&t.shape, s.reinterpret_cast::<half::f16>())?
                         .into(),
-                    WeightData::F32(s) => rt.buffer_view(&t.shape, s)?.into(),
+                    (WeightData::F16(s), Layout::Tiles) => rt
+                        .buffer_view(
+                            &spec.shape,
+                            tile_rows(s, n, k).reinterpret_cast::<half::f16>(),
+                        )?
+                        .into(),
+                    (WeightData::F32(s), Layout::Stored) => rt.buffer_view(&t.shape, s)?.into(),
+                    (WeightData::F32(s), Layout::Tiles) => {
+                        rt.buffer_view(&spec.shape, &tile_rows(s, n, k))?.into()
+                    }
                 })
             })
             .collect()

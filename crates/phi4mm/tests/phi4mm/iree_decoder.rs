@@ -189,9 +189,9 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
 }
 
 /// Both fixture `mixed_batches` on the suite's device, for each way the decoder can write its
-/// several-row products (`Products`: CUDA's forms run here on the CPU too, so CI checks their
-/// math): all rows prefilled in one step, then decoded together, one token per row per step,
-/// each with its own adapter. First-step logits within the fixture tolerance of the reference,
+/// products (`Products`: the CPU's weights in tiles, and CUDA's forms, which run here on the
+/// CPU too, so CI checks their math): all rows prefilled in one step, then decoded together, one
+/// token per row per step, each with its own adapter. First-step logits within the fixture tolerance of the reference,
 /// the 8 greedy tokens of every row exact. Besides the two batches as the fixture has them
 /// (each with a text, a speech and a vision row), pairs of their rows: one adapter beside a text
 /// row (the functions with both adapters, masked per row), and two text rows (the functions
@@ -211,6 +211,7 @@ fn both_mixed_batches_in_every_product_form() {
     // Every form with the decode batch sizes the decoder compiles; rows short of the fixture's
     // LongRoPE cases, so a small context keeps the three compiles short.
     let forms = [
+        Products::Tiles,
         Products::RowMajor,
         Products::WeightMajor,
         Products::RowMatvecs,

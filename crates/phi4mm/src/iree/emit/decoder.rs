@@ -21,6 +21,7 @@ use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, LoraAdapter, TextConfig};
 
 use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, Products, TensorType, Value};
+use crate::iree::tiles::TiledWeight;
 use crate::iree::weights::Weights;
 
 /// Static sizes a decoder module is built for (part of its cache identity).
@@ -208,8 +209,33 @@ struct LoraW {
     scale: f32,
 }
 
+/// A weight that products read as `x · wᵀ`, declared as [`DecoderShape::products`] says.
+enum Matrix {
+    Stored(Value),
+    Tiled(TiledWeight),
+}
+
+impl Matrix {
+    fn declare(f: &mut Func, w: &mut Weights, name: &str, ck: &Checkpoint) -> Matrix {
+        let t = ck.tensor(name);
+        if f.products() == Products::Tiles {
+            Matrix::Tiled(w.tiled(f, name, t))
+        } else {
+            Matrix::Stored(w.arg(f, name, t))
+        }
+    }
+
+    /// `x · wᵀ`.
+    fn product(&self, f: &mut Func, x: &Value) -> Value {
+        match self {
+            Matrix::Stored(w) => f.linear_t(x, w),
+            Matrix::Tiled(w) => f.linear_tiled(x, w),
+        }
+    }
+}
+
 struct ProjW {
-    base: Value,
+    base: Matrix,
     speech: Option<LoraW>,
     vision: Option<LoraW>,
 }
@@ -226,7 +252,7 @@ struct LayerW {
 struct DecoderW {
     layers: Vec<LayerW>,
     norm: Value,
-    lm_head: Value,
+    lm_head: Matrix,
 }
 
 /// Declares every weight as an argument of `f`, in the module's fixed order.
@@ -234,7 +260,7 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
     let c = &ck.config.text;
     let proj = |f: &mut Func, w: &mut Weights, i: usize, module: &str| {
         let name = format!("model.layers.{i}.{module}.weight");
-        let base = w.arg(f, &name, ck.tensor(&name));
+        let base = Matrix::declare(f, w, &name, ck);
         let mut lora = |adapter: LoraAdapter| {
             let cfg = ck.config.lora(adapter)?;
             let (a, b) = ck.lora(i, module, adapter)?;
@@ -273,7 +299,7 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
     } else {
         "lm_head.weight"
     };
-    let lm_head = w.arg(f, head_name, ck.tensor(head_name));
+    let lm_head = Matrix::declare(f, w, head_name, ck);
     DecoderW {
         layers,
         norm,
@@ -284,7 +310,7 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
 /// `x · Wᵀ` plus, for each adapter in `t.adapters`, `scale · (m ⊙ (x·Aᵀ))·Bᵀ`, `m` the per-row
 /// mask of that adapter.
 fn proj(f: &mut Func, x: &Value, p: &ProjW, t: &TokenInputs) -> Value {
-    let mut y = f.linear_t(x, &p.base);
+    let mut y = p.base.product(f, x);
     let adapters = [
         (LoraAdapter::Speech, &p.speech, t.speech),
         (LoraAdapter::Vision, &p.vision, t.vision),
@@ -470,7 +496,7 @@ fn layers(
 
 fn head(f: &mut Func, w: &DecoderW, c: &TextConfig, last: &Value) -> Value {
     let normed = f.rms_norm(last, &w.norm, c.rms_norm_eps);
-    f.linear_t(&normed, &w.lm_head)
+    w.lm_head.product(f, &normed)
 }
 
 /// `prefill_s{S}_{A}(weights…, embeds [chunk, hidden], n [1] i32, pos0 [1] i32, cos, sin

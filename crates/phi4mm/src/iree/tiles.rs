@@ -1,0 +1,161 @@
+//! Weights stored in tiles for IREE's four-dimensional matrix product (`linalg.mmt4d`), and the
+//! products that read them.
+//!
+//! A weight `w` `[n, k]` is uploaded once as `[⌈n/32⌉, k, 32, 1]`: tile `t` holds rows
+//! `32·t .. 32·t + 32`, column by column, so that one step of the reduction reads 32 of the
+//! weight's rows contiguously. IREE then runs `x · wᵀ` as a micro-kernel that keeps every row
+//! of `x` (up to [`MAX_ROW_TILE`] at a time) in registers against each 32-row slice of the
+//! weight: it reads the weight once whatever the number of rows, and widens bf16 to f32 as it
+//! loads.
+//!
+//! Why: with the weight as stored, IREE (3.13, llvm-cpu) writes a few-row product either as a
+//! matrix-vector product per row or as a matrix product whose tiles read the weight once per
+//! few rows. IREE's own data tiling would pack the weight the same way, but the decoder's
+//! weights are call arguments, so it packed them again on every call (a batch-8 step 6× slower).
+//! Packed here, once, at upload, the product got faster for every row count the decoder runs
+//! (`docs/benchmarks.md`, "Weights in tiles"): the 200064 × 1024 LM head alone 24.7 → 12.7 ms
+//! for 8 rows and 9–12 → 8.1 ms for one.
+
+use rayon::prelude::*;
+
+use super::mlir::{DType, Func, TensorType, Value};
+
+/// Weight rows per tile: two full-width AVX-512 vectors of f32 accumulators per row of `x`.
+/// Measured on the LM head against 16 and 64 (`docs/benchmarks.md`).
+pub const TILE_ROWS: usize = 32;
+
+/// The most rows of `x` the micro-kernel holds at once; more are cut into tiles of this many.
+pub const MAX_ROW_TILE: usize = 16;
+
+/// A weight `[n, k]` declared in tiles: `tiles` is `[⌈n/TILE_ROWS⌉, k, TILE_ROWS, 1]` in the
+/// weight's stored precision, its rows past `n` zero.
+#[derive(Clone, Debug)]
+pub struct TiledWeight {
+    pub tiles: Value,
+    /// Rows of the weight (outputs of the product).
+    pub n: usize,
+}
+
+/// The shape a weight of `shape` `[n, k]` is uploaded in.
+pub fn tiled_shape(shape: &[usize]) -> Vec<usize> {
+    let &[n, k] = shape else {
+        panic!("a weight in tiles is a matrix, not {shape:?}");
+    };
+    vec![n.div_ceil(TILE_ROWS), k, TILE_ROWS, 1]
+}
+
+/// `w` (`[n, k]`, row-major) in tiles ([`tiled_shape`]); rows past `n` are `T::default()`.
+pub fn tile_rows<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Vec<T> {
+    assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
+    let mut out = vec![T::default(); n.div_ceil(TILE_ROWS) * k * TILE_ROWS];
+    out.par_chunks_mut(k * TILE_ROWS)
+        .enumerate()
+        .for_each(|(t, tile)| {
+            let rows = (t * TILE_ROWS..(t + 1) * TILE_ROWS).take_while(|&r| r < n);
+            for (j, r) in rows.enumerate() {
+                for (kk, &v) in w[r * k..(r + 1) * k].iter().enumerate() {
+                    tile[kk * TILE_ROWS + j] = v;
+                }
+            }
+        });
+    out
+}
+
+/// Rows of `x` per tile of the product: every row at once up to [`MAX_ROW_TILE`] (a decode
+/// step's batch), else tiles of [`MAX_ROW_TILE`] (a prefill chunk), the last padded.
+fn row_tile(rows: usize) -> usize {
+    rows.min(MAX_ROW_TILE)
+}
+
+impl Func {
+    /// `x · wᵀ` over `w` in tiles, for `x` `[…, k]` f32: `x`'s rows are packed into row tiles
+    /// (a copy of `x`, not of the weight), multiplied tile by tile, and unpacked into `[…, n]`.
+    pub fn linear_tiled(&mut self, x: &Value, w: &TiledWeight) -> Value {
+        let r = x.ty.rank();
+        let lead: Vec<usize> = x.shape()[..r - 1].to_vec();
+        let k = x.dim(r - 1);
+        let rows: usize = lead.iter().product();
+        let &[n1, wk, n0, 1] = w.tiles.shape() else {
+            panic!("weight tiles {}", w.tiles.ty);
+        };
+        assert_eq!(wk, k, "x {} against weight tiles {}", x.ty, w.tiles.ty);
+        let x2 = self.reshape(x, &[rows, k]);
+        let m0 = row_tile(rows);
+        let m1 = rows.div_ceil(m0);
+        let f32 = DType::F32;
+        let packed_x = TensorType::new(&[m1, k, m0, 1], f32);
+        let out_tiles = TensorType::new(&[m1, n1, m0, n0], f32);
+        let out = TensorType::new(&[rows, w.n], f32);
+        let zero = self.fresh(TensorType::new(&[], f32));
+        let [empty_x, xp] = [(); 2].map(|_| self.fresh(packed_x.clone()));
+        let [empty_o, acc, prod] = [(); 3].map(|_| self.fresh(out_tiles.clone()));
+        let [empty_y, y] = [(); 2].map(|_| self.fresh(out.clone()));
+        let (z, w_tiles, w_ty) = (&zero.name, &w.tiles.name, &w.tiles.ty);
+        for line in [
+            format!("{z} = arith.constant 0.0 : f32"),
+            format!("{} = tensor.empty() : {packed_x}", empty_x.name),
+            format!(
+                "{} = linalg.pack {} padding_value({z} : f32) inner_dims_pos = [0, 1] \
+                 inner_tiles = [{m0}, 1] into {} : {} -> {packed_x}",
+                xp.name, x2.name, empty_x.name, x2.ty
+            ),
+            format!("{} = tensor.empty() : {out_tiles}", empty_o.name),
+            format!(
+                "{} = linalg.fill ins({z} : f32) outs({} : {out_tiles}) -> {out_tiles}",
+                acc.name, empty_o.name
+            ),
+            format!(
+                "{} = linalg.mmt4d ins({}, {w_tiles} : {packed_x}, {w_ty}) \
+                 outs({} : {out_tiles}) -> {out_tiles}",
+                prod.name, xp.name, acc.name
+            ),
+            format!("{} = tensor.empty() : {}", empty_y.name, empty_y.ty),
+            format!(
+                "{} = linalg.unpack {} inner_dims_pos = [0, 1] inner_tiles = [{m0}, {n0}] \
+                 into {} : {out_tiles} -> {}",
+                y.name, prod.name, empty_y.name, y.ty
+            ),
+        ] {
+            self.line(&line);
+        }
+        let mut shape = lead;
+        shape.push(w.n);
+        self.reshape(&y, &shape)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tile_holds_its_rows_column_by_column_and_zero_past_the_end() {
+        // 33 rows of 2 columns: w[r][c] = 10·r + c. Two tiles; the second holds row 32 alone.
+        let (n, k) = (33, 2);
+        let w: Vec<u32> = (0..n)
+            .flat_map(|r| (0..k).map(move |c| 10 * r + c))
+            .collect();
+        let t = tile_rows(&w, n as usize, k as usize);
+        assert_eq!(tiled_shape(&[33, 2]), [2, 2, 32, 1]);
+        assert_eq!(t.len(), 2 * 2 * 32);
+        // Tile 0, column 0: rows 0..32; column 1 follows.
+        assert_eq!(t[0], 0);
+        assert_eq!(t[1], 10);
+        assert_eq!(t[31], 310);
+        assert_eq!(t[32], 1);
+        assert_eq!(t[63], 311);
+        // Tile 1: row 32 in lane 0 of each column, zeros after it.
+        assert_eq!(t[64], 320);
+        assert_eq!(t[65], 0);
+        assert_eq!(t[96], 321);
+        assert!(t[97..].iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn rows_are_tiled_whole_up_to_the_largest_tile() {
+        assert_eq!(row_tile(1), 1);
+        assert_eq!(row_tile(8), 8);
+        assert_eq!(row_tile(16), 16);
+        assert_eq!(row_tile(64), 16);
+    }
+}

@@ -56,10 +56,10 @@ impl IreeAudio {
     /// weights it takes, without a device ([`IreeAudio::load`] runs them).
     pub fn module(ck: &Checkpoint, ctx: &IreeContext) -> Result<(Vec<u8>, Weights)> {
         let c = &ck.config.audio;
-        let module = emit(ck);
+        let module = emit(ck, ctx.encoder_products());
         let buckets = window_buckets(c);
         let identity = format!(
-            "audio v1 input={} hidden={} heads={} inter={} blocks={} channels={} reduction={} kernel={} bias_dist={} window={} text_hidden={} sub_rows={SUB_ROWS:?} buckets={buckets:?} f32",
+            "audio v2 input={} hidden={} heads={} inter={} blocks={} channels={} reduction={} kernel={} bias_dist={} window={} text_hidden={} sub_rows={SUB_ROWS:?} buckets={buckets:?} f32",
             c.input_size,
             c.hidden_size,
             c.num_heads,

@@ -11,6 +11,7 @@ use artifact_cache::{ArtifactCache, CompilerIdentity, ModuleRequest};
 
 use super::compiler::{CompileTarget, IreeCompiler};
 use super::error::{IreeError, Result};
+use super::mlir::Products;
 use super::weights::Weights;
 
 pub struct IreeContext {
@@ -69,6 +70,16 @@ impl IreeContext {
             device: device.to_string(),
             modules: Mutex::new(Vec::new()),
         })
+    }
+
+    /// How the encoders' modules hold their weights: in tiles on CPU ([`super::tiles`]: packed
+    /// once at upload, where IREE's data tiling packed every weight again on every call), as
+    /// stored on CUDA.
+    pub fn encoder_products(&self) -> Products {
+        match self.compiler.target() {
+            CompileTarget::LlvmCpu { .. } => Products::Tiles,
+            CompileTarget::Cuda { .. } => Products::RowMajor,
+        }
     }
 
     /// The compiled module for `entry`, from the cache or compiled now, compiled as `rows` says.

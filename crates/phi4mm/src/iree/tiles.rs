@@ -36,11 +36,10 @@ pub struct TiledWeight {
     pub n: usize,
 }
 
-/// The shape a weight of `shape` `[n, k]` is uploaded in.
+/// The shape a weight of `shape` `[n, …]` (read as `[n, k]`) is uploaded in.
 pub fn tiled_shape(shape: &[usize]) -> Vec<usize> {
-    let &[n, k] = shape else {
-        panic!("a weight in tiles is a matrix, not {shape:?}");
-    };
+    let n = shape[0];
+    let k = shape[1..].iter().product();
     vec![n.div_ceil(TILE_ROWS), k, TILE_ROWS, 1]
 }
 

@@ -40,9 +40,9 @@ impl IreeVision {
     pub fn module(ck: &Checkpoint, ctx: &IreeContext) -> Result<(Vec<u8>, Weights)> {
         let c = &ck.config.vision;
         let text_hidden = ck.config.text.hidden_size;
-        let module = emit(ck);
+        let module = emit(ck, ctx.encoder_products());
         let identity = format!(
-            "vision v1 layers_used={} hidden={} heads={} inter={} channels={} image={} patch={} eps={:e} text_hidden={text_hidden} project_rows={PROJECT_ROWS} f32",
+            "vision v2 layers_used={} hidden={} heads={} inter={} channels={} image={} patch={} eps={:e} text_hidden={text_hidden} project_rows={PROJECT_ROWS} f32",
             c.layers_used(),
             c.hidden_size,
             c.num_heads,

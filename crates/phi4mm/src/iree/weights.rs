@@ -9,7 +9,7 @@ use crate::checkpoint::store::DType as StoredDType;
 use crate::checkpoint::{TensorView, WeightData};
 use artifact_cache::WeightSpec;
 
-use super::mlir::{DType, Func, TensorType, Value};
+use super::mlir::{DType, Func, Products, TensorType, Value};
 use super::tiles::{tile_rows, tiled_shape, TiledWeight};
 
 /// How a weight lies in its device buffer.
@@ -42,6 +42,16 @@ impl Weights {
         TiledWeight {
             tiles: self.declare(f, name, t, Layout::Tiles),
             n: t.shape[0],
+        }
+    }
+
+    /// Declares the matrix `t` (`[n, …]`, read as `[n, k]`: a convolution kernel flattened)
+    /// for products `x · tᵀ`: in tiles where `f` writes [`Products::Tiles`], else as stored.
+    pub fn matrix(&mut self, f: &mut Func, name: &str, t: &TensorView) -> Matrix {
+        if f.products() == Products::Tiles {
+            Matrix::Tiled(self.tiled(f, name, t))
+        } else {
+            Matrix::Stored(self.arg(f, name, t))
         }
     }
 
@@ -104,5 +114,35 @@ impl Weights {
                 })
             })
             .collect()
+    }
+}
+
+/// A weight that products read as `x · wᵀ` ([`Weights::matrix`]).
+pub enum Matrix {
+    /// As stored, widened to f32.
+    Stored(Value),
+    Tiled(TiledWeight),
+}
+
+impl Matrix {
+    /// Rows of the weight: outputs of the product.
+    pub fn rows(&self) -> usize {
+        match self {
+            Matrix::Stored(w) => w.dim(0),
+            Matrix::Tiled(w) => w.n,
+        }
+    }
+
+    /// `x · wᵀ` for `x` `[…, k]`.
+    pub fn product(&self, f: &mut Func, x: &Value) -> Value {
+        match self {
+            Matrix::Stored(w) if w.ty.rank() == 2 => f.linear_t(x, w),
+            Matrix::Stored(w) => {
+                let n = w.dim(0);
+                let w = f.reshape(w, &[n, w.ty.numel() / n]);
+                f.linear_t(x, &w)
+            }
+            Matrix::Tiled(w) => f.linear_tiled(x, w),
+        }
     }
 }

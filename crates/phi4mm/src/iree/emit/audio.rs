@@ -22,8 +22,8 @@
 use crate::checkpoint::schema::AUDIO_PREFIX;
 use crate::checkpoint::{AudioConfig, Checkpoint};
 
-use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, TensorType, Value};
-use crate::iree::weights::Weights;
+use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, Products, TensorType, Value};
+use crate::iree::weights::{Matrix, Weights};
 
 /// Encoder rows one `subsample_r{R}` call produces for the caller (plus one halo row on each
 /// side): a small chunk and a large one. Every call packs the subsampler's weights for IREE's
@@ -60,8 +60,15 @@ pub struct AudioModule {
     pub weights: Weights,
 }
 
+/// A weight and bias as stored (convolution kernels keep their rank).
 struct Lin {
     w: Value,
+    b: Value,
+}
+
+/// A biased linear layer, its weight declared for products ([`Weights::matrix`]).
+struct Linear {
+    w: Matrix,
     b: Value,
 }
 
@@ -72,26 +79,26 @@ struct LnW {
 
 struct FfW {
     norm: LnW,
-    up: Lin,
-    down: Lin,
+    up: Linear,
+    down: Linear,
 }
 
 struct BlockW {
     ff_in: FfW,
     ff_out: FfW,
     ln_att: LnW,
-    q: Lin,
-    k: Lin,
-    v: Lin,
-    o: Lin,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
     conv_norm: LnW,
-    glu_pw: Lin,
+    glu_pw: Linear,
     b1: Value,
     b2: Value,
     dw_w: Value,
     dw_b: Value,
-    pw: Lin,
-    ext_pw: Lin,
+    pw: Linear,
+    ext_pw: Linear,
     ln_out: LnW,
 }
 
@@ -100,12 +107,12 @@ struct AudioW {
     invstd: Value,
     conv0: Lin,
     /// (depthwise, pointwise) per later stride-2 stage.
-    stages: Vec<(Lin, Lin)>,
-    embed_out: Lin,
+    stages: Vec<(Lin, Linear)>,
+    embed_out: Linear,
     bias_values: Value,
     blocks: Vec<BlockW>,
-    speech: (Lin, Lin),
-    vision: (Lin, Lin),
+    speech: (Linear, Linear),
+    vision: (Linear, Linear),
 }
 
 /// Declares weights as arguments of one function, in a fixed order.
@@ -119,17 +126,12 @@ impl Decl<'_> {
         self.w.arg(f, name, self.ck.tensor(name))
     }
 
-    /// A biased linear layer; pointwise conv weights `[out, in, 1(, 1)]` become `[out, in]`.
-    fn lin(&mut self, f: &mut Func, p: &str) -> Lin {
-        let w = self.t(f, &format!("{p}.weight"));
-        let w = if w.ty.rank() > 2 {
-            let (o, i) = (w.dim(0), w.dim(1));
-            f.reshape(&w, &[o, i])
-        } else {
-            w
-        };
-        Lin {
-            w,
+    /// A biased linear layer; pointwise conv weights `[out, in, 1(, 1)]` are read as
+    /// `[out, in]`.
+    fn lin(&mut self, f: &mut Func, p: &str) -> Linear {
+        let name = format!("{p}.weight");
+        Linear {
+            w: self.w.matrix(f, &name, self.ck.tensor(&name)),
             b: self.t(f, &format!("{p}.bias")),
         }
     }
@@ -238,8 +240,8 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> AudioW {
     }
 }
 
-fn linear(f: &mut Func, x: &Value, l: &Lin) -> Value {
-    let y = f.linear_t(x, &l.w);
+fn linear(f: &mut Func, x: &Value, l: &Linear) -> Value {
+    let y = l.w.product(f, x);
     f.add(&y, &l.b)
 }
 
@@ -270,10 +272,10 @@ fn add_channel_bias(f: &mut Func, x: &Value, b: &Value, channel: usize) -> Value
 
 /// `subsample_r{rows}(weights…, features [(rows+2)·8, input_size], bounds [2·(stages+1)] i32)
 /// → [rows+2, hidden]`; `bounds` holds `lo_k, hi_k` per stage (k = 0 the input frames).
-fn emit_subsample(ck: &Checkpoint, rows: usize, w: &mut Weights) -> Func {
+fn emit_subsample(ck: &Checkpoint, products: Products, rows: usize, w: &mut Weights) -> Func {
     let c = &ck.config.audio;
     let stages = c.subsampling_stages();
-    let mut f = Func::new(&format!("subsample_r{rows}"));
+    let mut f = Func::new(&format!("subsample_r{rows}")).with_products(products);
     let aw = declare(&mut f, w, ck);
     let n = (rows + 2) * c.time_reduction;
     let fin = c.input_size;
@@ -366,7 +368,7 @@ fn block(
 
     let h = f.layer_norm(&x, &b.ln_att.w, &b.ln_att.b, LN_EPS);
     let (nh, hd) = (c.num_heads, d / c.num_heads);
-    let heads = |f: &mut Func, l: &Lin| {
+    let heads = |f: &mut Func, l: &Linear| {
         let y = linear(f, &h, l);
         let y = f.reshape(&y, &[t, nh, hd]);
         f.transpose(&y, &[1, 0, 2])
@@ -412,7 +414,7 @@ fn block(
     f.layer_norm(&x, &b.ln_out.w, &b.ln_out.b, LN_EPS)
 }
 
-fn project(f: &mut Func, x: &Value, p: &(Lin, Lin)) -> Value {
+fn project(f: &mut Func, x: &Value, p: &(Linear, Linear)) -> Value {
     let h = linear(f, x, &p.0);
     let h = f.gelu_erf(&h);
     linear(f, &h, &p.1)
@@ -420,9 +422,9 @@ fn project(f: &mut Func, x: &Value, p: &(Lin, Lin)) -> Value {
 
 /// `window_w{W}(weights…, x [W, hidden], valid [1] i32, mode [1] i32 (0 speech, 1 vision))
 /// → (encoder_out [W, hidden], projected [W, text_hidden])`.
-fn emit_window(ck: &Checkpoint, wlen: usize, w: &mut Weights) -> Func {
+fn emit_window(ck: &Checkpoint, products: Products, wlen: usize, w: &mut Weights) -> Func {
     let c = &ck.config.audio;
-    let mut f = Func::new(&format!("window_w{wlen}"));
+    let mut f = Func::new(&format!("window_w{wlen}")).with_products(products);
     let aw = declare(&mut f, w, ck);
     let d = c.hidden_size;
     let mut x = f.arg(TensorType::f32(&[wlen, d]));
@@ -449,15 +451,15 @@ fn emit_window(ck: &Checkpoint, wlen: usize, w: &mut Weights) -> Func {
 }
 
 /// The whole audio module: one `subsample_r{R}` per chunk size and one `window_w{W}` per
-/// bucket.
-pub fn emit(ck: &Checkpoint) -> AudioModule {
+/// bucket, its weights declared as `products` says (in tiles, or as stored).
+pub fn emit(ck: &Checkpoint, products: Products) -> AudioModule {
     let mut w = Weights::default();
     let mut funcs: Vec<Func> = SUB_ROWS
         .iter()
-        .map(|&rows| emit_subsample(ck, rows, &mut w))
+        .map(|&rows| emit_subsample(ck, products, rows, &mut w))
         .collect();
     for wlen in window_buckets(&ck.config.audio) {
-        funcs.push(emit_window(ck, wlen, &mut w));
+        funcs.push(emit_window(ck, products, wlen, &mut w));
     }
     AudioModule {
         mlir: mlir::module("audio", &funcs),

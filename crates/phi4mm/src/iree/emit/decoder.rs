@@ -21,8 +21,7 @@ use crate::adapter::AdapterMode;
 use crate::checkpoint::{Checkpoint, LoraAdapter, TextConfig};
 
 use crate::iree::mlir::{self, BinaryOp, Comparison, DType, Func, Products, TensorType, Value};
-use crate::iree::tiles::TiledWeight;
-use crate::iree::weights::Weights;
+use crate::iree::weights::{Matrix, Weights};
 
 /// Static sizes a decoder module is built for (part of its cache identity).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,31 +208,6 @@ struct LoraW {
     scale: f32,
 }
 
-/// A weight that products read as `x · wᵀ`, declared as [`DecoderShape::products`] says.
-enum Matrix {
-    Stored(Value),
-    Tiled(TiledWeight),
-}
-
-impl Matrix {
-    fn declare(f: &mut Func, w: &mut Weights, name: &str, ck: &Checkpoint) -> Matrix {
-        let t = ck.tensor(name);
-        if f.products() == Products::Tiles {
-            Matrix::Tiled(w.tiled(f, name, t))
-        } else {
-            Matrix::Stored(w.arg(f, name, t))
-        }
-    }
-
-    /// `x · wᵀ`.
-    fn product(&self, f: &mut Func, x: &Value) -> Value {
-        match self {
-            Matrix::Stored(w) => f.linear_t(x, w),
-            Matrix::Tiled(w) => f.linear_tiled(x, w),
-        }
-    }
-}
-
 struct ProjW {
     base: Matrix,
     speech: Option<LoraW>,
@@ -260,7 +234,7 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
     let c = &ck.config.text;
     let proj = |f: &mut Func, w: &mut Weights, i: usize, module: &str| {
         let name = format!("model.layers.{i}.{module}.weight");
-        let base = Matrix::declare(f, w, &name, ck);
+        let base = w.matrix(f, &name, ck.tensor(&name));
         let mut lora = |adapter: LoraAdapter| {
             let cfg = ck.config.lora(adapter)?;
             let (a, b) = ck.lora(i, module, adapter)?;
@@ -299,7 +273,7 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> DecoderW {
     } else {
         "lm_head.weight"
     };
-    let lm_head = Matrix::declare(f, w, head_name, ck);
+    let lm_head = w.matrix(f, head_name, ck.tensor(head_name));
     DecoderW {
         layers,
         norm,

@@ -8,13 +8,13 @@
 //!
 //! One crop per call keeps the module static while images have any number of crops. Position
 //! ids are plain index arithmetic on the mask and come from the host (the same helper as the host
-//! encoder); the embedding lookup itself is an exact one-hot contraction in-graph.
+//! encoder); the embedding lookup itself is a gather in-graph.
 
 use crate::checkpoint::schema::VISION_PREFIX;
 use crate::checkpoint::{Checkpoint, VisionConfig};
 
-use crate::iree::mlir::{self, Comparison, DType, Func, Reduce, TensorType, Value};
-use crate::iree::weights::Weights;
+use crate::iree::mlir::{self, Comparison, Func, Products, Reduce, TensorType, Value};
+use crate::iree::weights::{Matrix, Weights};
 
 /// Rows per `project` call.
 pub const PROJECT_ROWS: usize = 256;
@@ -26,13 +26,18 @@ pub struct VisionModule {
 }
 
 struct LinearW {
+    w: Matrix,
+    b: Value,
+}
+
+struct NormW {
     w: Value,
     b: Value,
 }
 
 struct LayerW {
-    ln1: (Value, Value),
-    ln2: (Value, Value),
+    ln1: NormW,
+    ln2: NormW,
     q: LinearW,
     k: LinearW,
     v: LinearW,
@@ -54,31 +59,36 @@ struct VisionW {
 fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> VisionW {
     let c = &ck.config.vision;
     let ip = format!("{VISION_PREFIX}img_processor.");
-    let mut t = |f: &mut Func, name: &str| w.arg(f, name, ck.tensor(name));
-    let mut lin = |f: &mut Func, prefix: &str| LinearW {
-        w: t(f, &format!("{prefix}.weight")),
-        b: t(f, &format!("{prefix}.bias")),
+    let lin = |f: &mut Func, w: &mut Weights, prefix: &str| {
+        let (wn, bn) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
+        let weight = w.matrix(f, &wn, ck.tensor(&wn));
+        let b = w.arg(f, &bn, ck.tensor(&bn));
+        LinearW { w: weight, b }
     };
-    let patch = lin(f, &format!("{ip}embeddings.patch_embedding"));
+    let norm = |f: &mut Func, w: &mut Weights, prefix: &str| {
+        let (wn, bn) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
+        let weight = w.arg(f, &wn, ck.tensor(&wn));
+        let b = w.arg(f, &bn, ck.tensor(&bn));
+        NormW { w: weight, b }
+    };
+    let patch = lin(f, w, &format!("{ip}embeddings.patch_embedding"));
     let layers = (0..c.layers_used())
         .map(|i| {
             let p = format!("{ip}encoder.layers.{i}.");
-            let ln1 = lin(f, &format!("{p}layer_norm1"));
-            let ln2 = lin(f, &format!("{p}layer_norm2"));
             LayerW {
-                ln1: (ln1.w, ln1.b),
-                ln2: (ln2.w, ln2.b),
-                q: lin(f, &format!("{p}self_attn.q_proj")),
-                k: lin(f, &format!("{p}self_attn.k_proj")),
-                v: lin(f, &format!("{p}self_attn.v_proj")),
-                out: lin(f, &format!("{p}self_attn.out_proj")),
-                fc1: lin(f, &format!("{p}mlp.fc1")),
-                fc2: lin(f, &format!("{p}mlp.fc2")),
+                ln1: norm(f, w, &format!("{p}layer_norm1")),
+                ln2: norm(f, w, &format!("{p}layer_norm2")),
+                q: lin(f, w, &format!("{p}self_attn.q_proj")),
+                k: lin(f, w, &format!("{p}self_attn.k_proj")),
+                v: lin(f, w, &format!("{p}self_attn.v_proj")),
+                out: lin(f, w, &format!("{p}self_attn.out_proj")),
+                fc1: lin(f, w, &format!("{p}mlp.fc1")),
+                fc2: lin(f, w, &format!("{p}mlp.fc2")),
             }
         })
         .collect();
-    let proj_up = lin(f, &format!("{VISION_PREFIX}img_projection_up"));
-    let proj_down = lin(f, &format!("{VISION_PREFIX}img_projection_down"));
+    let proj_up = lin(f, w, &format!("{VISION_PREFIX}img_projection_up"));
+    let proj_down = lin(f, w, &format!("{VISION_PREFIX}img_projection_down"));
     let position = w.arg(
         f,
         &format!("{ip}embeddings.position_embedding.weight"),
@@ -93,16 +103,10 @@ fn declare(f: &mut Func, w: &mut Weights, ck: &Checkpoint) -> VisionW {
     }
 }
 
-/// `x · Wᵀ + b`; `W` may be a conv kernel `[out, …]`, flattened to `[out, in]` like the host's
+/// `x · Wᵀ + b`; `W` may be a conv kernel `[out, …]`, read as `[out, in]` like the host's
 /// `Matrix::of`.
 fn linear(f: &mut Func, x: &Value, l: &LinearW) -> Value {
-    let out = l.w.dim(0);
-    let w = if l.w.ty.rank() == 2 {
-        l.w.clone()
-    } else {
-        f.reshape(&l.w, &[out, l.w.ty.numel() / out])
-    };
-    let y = f.linear_t(x, &w);
+    let y = l.w.product(f, x);
     f.add(&y, &l.b)
 }
 
@@ -147,11 +151,11 @@ fn attention(f: &mut Func, l: &LayerW, h: &Value, valid: &Value, c: &VisionConfi
 }
 
 /// `main`: one crop through the tower, plus its 2×2 pooling.
-fn emit_main(ck: &Checkpoint, weights: &mut Weights) -> Func {
+fn emit_main(ck: &Checkpoint, products: Products, weights: &mut Weights) -> Func {
     let c = &ck.config.vision;
     let (grid, ps, ch, size) = (c.grid(), c.patch_size, c.num_channels, c.image_size);
     let np = grid * grid;
-    let mut f = Func::new("main");
+    let mut f = Func::new("main").with_products(products);
     let w = declare(&mut f, weights, ck);
     let pixels = f.arg(TensorType::f32(&[1, ch, size, size]));
     let ids = f.arg(TensorType::i32(&[np]));
@@ -163,27 +167,20 @@ fn emit_main(ck: &Checkpoint, weights: &mut Weights) -> Func {
     let x = f.reshape(&x, &[np, ch * ps * ps]);
     let x = linear(&mut f, &x, &w.patch);
 
-    // Position embeddings by an exact one-hot contraction (one 1.0 per row, the rest 0.0).
-    let npos = w.position.dim(0);
-    let oh_shape = [np, npos];
-    let col = f.iota(&oh_shape, 1, DType::I32);
-    let ids_b = f.broadcast(&ids, &oh_shape, &[0]);
-    let hit = f.compare(&col, &ids_b, Comparison::Eq);
-    let one = f.splat(1.0, &oh_shape);
-    let zero = f.splat(0.0, &oh_shape);
-    let onehot = f.select(&hit, &one, &zero);
-    let pos = f.dot_general(&onehot, &w.position, (&[], &[]), (&[1], &[0]));
+    // Position embeddings gathered by id: exact, where a one-hot contraction (as exact) was a
+    // [patches, positions] × [positions, hidden] product, 6.8 ms of a 273 ms crop.
+    let pos = f.take_rows(&w.position, &ids);
     let mut x = f.add(&x, &pos);
 
     let half = f.splat(0.5, &[np]);
     let valid = f.compare(&mask, &half, Comparison::Gt);
     let eps = c.layer_norm_eps;
     for l in &w.layers {
-        let h = f.layer_norm(&x, &l.ln1.0, &l.ln1.1, eps);
+        let h = f.layer_norm(&x, &l.ln1.w, &l.ln1.b, eps);
         let a = attention(&mut f, l, &h, &valid, c);
         let o = linear(&mut f, &a, &l.out);
         x = f.add(&x, &o);
-        let h = f.layer_norm(&x, &l.ln2.0, &l.ln2.1, eps);
+        let h = f.layer_norm(&x, &l.ln2.w, &l.ln2.b, eps);
         let h = linear(&mut f, &h, &l.fc1);
         let h = f.gelu_tanh(&h);
         let o = linear(&mut f, &h, &l.fc2);
@@ -202,9 +199,9 @@ fn emit_main(ck: &Checkpoint, weights: &mut Weights) -> Func {
 }
 
 /// `project`: the image projection MLP (`up`, exact GELU, `down`) over a bucket of rows.
-fn emit_project(ck: &Checkpoint, weights: &mut Weights) -> Func {
+fn emit_project(ck: &Checkpoint, products: Products, weights: &mut Weights) -> Func {
     let c = &ck.config.vision;
-    let mut f = Func::new("project");
+    let mut f = Func::new("project").with_products(products);
     let w = declare(&mut f, weights, ck);
     let rows = f.arg(TensorType::f32(&[PROJECT_ROWS, c.hidden_size]));
     let up = linear(&mut f, &rows, &w.proj_up);
@@ -214,10 +211,11 @@ fn emit_project(ck: &Checkpoint, weights: &mut Weights) -> Func {
     f
 }
 
-pub fn emit(ck: &Checkpoint) -> VisionModule {
+/// The module, its weights declared as `products` says (in tiles, or as stored).
+pub fn emit(ck: &Checkpoint, products: Products) -> VisionModule {
     let mut weights = Weights::default();
-    let main = emit_main(ck, &mut weights);
-    let project = emit_project(ck, &mut weights);
+    let main = emit_main(ck, products, &mut weights);
+    let project = emit_project(ck, products, &mut weights);
     VisionModule {
         mlir: mlir::module("vision", &[main, project]),
         weights,

@@ -2,6 +2,8 @@
 //! f32 inside the module), as stored or in tiles ([`super::tiles`]), recorded in order as the
 //! module's weight schema, and uploaded once to resident device buffers that every call reuses.
 
+use std::borrow::Cow;
+
 use eerie::runtime::{self, Runtime, RuntimeError};
 use half::slice::HalfBitsSliceExt;
 
@@ -87,33 +89,40 @@ impl Weights {
             .iter()
             .zip(&self.specs)
             .map(|((t, layout), spec)| {
+                let shape = &spec.shape;
                 let (n, k) = (t.shape[0], t.shape[1..].iter().product());
-                Ok(match (t.data(), layout) {
-                    (WeightData::Bf16(s), Layout::Stored) => rt
-                        .buffer_view(&t.shape, s.reinterpret_cast::<half::bf16>())?
-                        .into(),
-                    (WeightData::Bf16(s), Layout::Tiles) => rt
+                Ok(match t.data() {
+                    WeightData::Bf16(s) => rt
                         .buffer_view(
-                            &spec.shape,
-                            tile_rows(s, n, k).reinterpret_cast::<half::bf16>(),
+                            shape,
+                            in_layout(s, *layout, n, k).reinterpret_cast::<half::bf16>(),
                         )?
                         .into(),
-                    (WeightData::F16(s), Layout::Stored) => rt
-                        .buffer_view(&t.shape, s.reinterpret_cast::<half::f16>())?
-                        .into(),
-                    (WeightData::F16(s), Layout::Tiles) => rt
+                    WeightData::F16(s) => rt
                         .buffer_view(
-                            &spec.shape,
-                            tile_rows(s, n, k).reinterpret_cast::<half::f16>(),
+                            shape,
+                            in_layout(s, *layout, n, k).reinterpret_cast::<half::f16>(),
                         )?
                         .into(),
-                    (WeightData::F32(s), Layout::Stored) => rt.buffer_view(&t.shape, s)?.into(),
-                    (WeightData::F32(s), Layout::Tiles) => {
-                        rt.buffer_view(&spec.shape, &tile_rows(s, n, k))?.into()
+                    WeightData::F32(s) => {
+                        rt.buffer_view(shape, &in_layout(s, *layout, n, k))?.into()
                     }
                 })
             })
             .collect()
+    }
+}
+
+/// The elements of a `[n, k]` weight as `layout` lays them out.
+fn in_layout<T: Copy + Default + Send + Sync>(
+    s: &[T],
+    layout: Layout,
+    n: usize,
+    k: usize,
+) -> Cow<'_, [T]> {
+    match layout {
+        Layout::Stored => Cow::Borrowed(s),
+        Layout::Tiles => Cow::Owned(tile_rows(s, n, k)),
     }
 }
 
@@ -125,14 +134,6 @@ pub enum Matrix {
 }
 
 impl Matrix {
-    /// Rows of the weight: outputs of the product.
-    pub fn rows(&self) -> usize {
-        match self {
-            Matrix::Stored(w) => w.dim(0),
-            Matrix::Tiled(w) => w.n,
-        }
-    }
-
     /// `x · wᵀ` for `x` `[…, k]`.
     pub fn product(&self, f: &mut Func, x: &Value) -> Value {
         match self {

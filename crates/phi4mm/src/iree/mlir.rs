@@ -333,6 +333,12 @@ impl Func {
         self.op("reshape", &[x], "", ty)
     }
 
+    /// `x` unchanged, but IREE may not fuse its producers into its consumers: it is computed
+    /// once, in its own dispatch, and each consumer reads it.
+    pub fn barrier(&mut self, x: &Value) -> Value {
+        self.op("optimization_barrier", &[x], "", x.ty.clone())
+    }
+
     pub fn transpose(&mut self, x: &Value, perm: &[usize]) -> Value {
         assert_eq!(perm.len(), x.ty.rank(), "transpose rank");
         let shape: Vec<usize> = perm.iter().map(|&p| x.dim(p)).collect();

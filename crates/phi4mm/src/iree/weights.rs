@@ -134,6 +134,27 @@ pub enum Matrix {
 }
 
 impl Matrix {
+    /// `if_true` where the scalar `pred` holds, else `if_false`, chosen before the product, so
+    /// that only the chosen weight's product runs (the choice copies one weight; the product
+    /// reads it again).
+    pub fn choose(f: &mut Func, pred: &Value, if_true: &Matrix, if_false: &Matrix) -> Matrix {
+        match (if_true, if_false) {
+            (Matrix::Stored(a), Matrix::Stored(b)) => Matrix::Stored(f.select(pred, a, b)),
+            (Matrix::Tiled(a), Matrix::Tiled(b)) => {
+                assert_eq!(
+                    a.n, b.n,
+                    "choosing between weights of {} and {} rows",
+                    a.n, b.n
+                );
+                Matrix::Tiled(TiledWeight {
+                    tiles: f.select(pred, &a.tiles, &b.tiles),
+                    n: a.n,
+                })
+            }
+            _ => panic!("choosing between a stored and a tiled weight"),
+        }
+    }
+
     /// `x · wᵀ` for `x` `[…, k]`.
     pub fn product(&self, f: &mut Func, x: &Value) -> Value {
         match self {

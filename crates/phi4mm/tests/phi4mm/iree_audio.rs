@@ -114,9 +114,9 @@ fn run(layout: &str) {
 
 /// Clip lengths the fixture cases miss, cut from (and tiled from) the long clip, against the
 /// host: one frame, subsampler chunk edges (t = 128, 129; frames not a multiple of 8; t = 256,
-/// 257, the first clip in a large chunk, and 385, a large chunk and a small one), a short clip
-/// in the full-window bucket (t = 75), and three attention windows (t = 1009: large, large,
-/// small, small chunks).
+/// 257, the first clip in a large chunk, and 385, a large chunk and a small one), window buckets
+/// filled exactly (t = 64, 128, 256) and by one row more (t = 65, 129, 257; t = 75 pads 53 rows),
+/// and three attention windows (t = 1009: large, large, small, small chunks).
 #[test]
 fn chunk_and_window_edges_match_host() {
     let ck = Checkpoint::open(&fixture().join("model")).expect("fixture checkpoint");
@@ -129,6 +129,8 @@ fn chunk_and_window_edges_match_host() {
     for frames in [
         1,
         7,
+        512,
+        513,
         600,
         1023,
         1024,

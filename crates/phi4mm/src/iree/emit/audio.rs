@@ -45,11 +45,19 @@ pub fn sub_chunk(remaining: usize) -> usize {
     }
 }
 
-/// Window buckets: a small one for short clips (attention is quadratic in the bucket) and the
-/// full reference window; each bucket is a copy of the whole Conformer in the module, so few.
+/// Rows between window buckets. A clip of `t` rows that fits one window runs in the smallest
+/// bucket that holds it, so the padding it computes is under one step: a 30 s clip (375 rows)
+/// runs in 384 rows, not the full window's 500 (33% more rows through every product, 78% more
+/// attention). Each bucket is a copy of the whole Conformer in the module, so each step costs
+/// compile time: at the released dimensions the module took 50 s to compile with these eight
+/// buckets, against 15 s with two (`docs/benchmarks.md`).
+pub const WINDOW_STEP: usize = 64;
+
+/// Window buckets: every multiple of [`WINDOW_STEP`] below the reference window, then the
+/// window itself.
 pub fn window_buckets(c: &AudioConfig) -> Vec<usize> {
     let win = c.max_seq_len_window;
-    let mut b: Vec<usize> = [64].into_iter().filter(|&w| w < win).collect();
+    let mut b: Vec<usize> = (WINDOW_STEP..win).step_by(WINDOW_STEP).collect();
     b.push(win);
     b
 }
@@ -321,6 +329,12 @@ fn emit_subsample(ck: &Checkpoint, products: Products, rows: usize, w: &mut Weig
 /// T5 relative bias `[heads, w, w]`: `bias_values[clamp(j − i, −D, D−1) + D][h]`, gathered row
 /// by row. (A one-hot contraction, exact too, costs `w² · 2D` multiply-adds and a one-hot of that
 /// size: 250 million values for the real encoder's 500-row windows and D = 500.)
+///
+/// Every block adds the same bias, so it is gathered once, behind a barrier. Without it, IREE
+/// fused the gather into the first block's scores and stored the bias from there as a second
+/// result for the other blocks. At windows of 192–448 rows that dispatch needed 51–200 KiB of
+/// stack, over the compiler's 32 KiB limit, and did not compile (the released model's 24 blocks;
+/// with 2 it did).
 fn relative_bias(f: &mut Func, bias_values: &Value, w: usize, dmax: usize) -> Value {
     let shape = [w, w];
     let i = f.iota(&shape, 0, DType::I32);
@@ -336,7 +350,8 @@ fn relative_bias(f: &mut Func, bias_values: &Value, w: usize, dmax: usize) -> Va
     let off = f.broadcast(&off, &shape, &[]);
     let r = f.add(&r, &off);
     let bias = f.take_rows(bias_values, &r); // [w, w, heads]
-    f.transpose(&bias, &[2, 0, 1])
+    let bias = f.transpose(&bias, &[2, 0, 1]);
+    f.barrier(&bias)
 }
 
 fn feed_forward(f: &mut Func, ff: &FfW, x: &Value, inter: usize) -> Value {
@@ -439,13 +454,20 @@ fn emit_window(ck: &Checkpoint, products: Products, wlen: usize, w: &mut Weights
     for b in &aw.blocks {
         x = block(&mut f, b, c, x, &bias, &key_ok);
     }
-    let speech = project(&mut f, &x, &aw.speech);
-    let vision = project(&mut f, &x, &aw.vision);
+    // One projection per call: the mode's weights are chosen first, so the other branch's
+    // products (2 × 9.7 GFLOP for a 384-row window at the released dimensions) never run.
     let m = f.scalar_at(&mode, 0);
     let one = f.splat_i32(1, &[]);
     let is_vision = f.compare(&m, &one, Comparison::Eq);
-    let is_vision = f.broadcast(&is_vision, speech.shape(), &[]);
-    let proj = f.select(&is_vision, &vision, &speech);
+    let mut choose = |a: &Linear, b: &Linear| Linear {
+        w: Matrix::choose(&mut f, &is_vision, &a.w, &b.w),
+        b: f.select(&is_vision, &a.b, &b.b),
+    };
+    let chosen = (
+        choose(&aw.vision.0, &aw.speech.0),
+        choose(&aw.vision.1, &aw.speech.1),
+    );
+    let proj = project(&mut f, &x, &chosen);
     f.ret(vec![x, proj]);
     f
 }

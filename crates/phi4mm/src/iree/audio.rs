@@ -57,7 +57,7 @@ impl IreeAudio {
     pub fn module(ck: &Checkpoint, ctx: &IreeContext) -> Result<(Vec<u8>, Weights)> {
         let c = &ck.config.audio;
         let module = emit(ck, ctx.encoder_products());
-        let buckets = window_buckets(c);
+        let buckets = window_buckets(c.max_seq_len_window);
         let identity = format!(
             "audio v2 input={} hidden={} heads={} inter={} blocks={} channels={} reduction={} kernel={} bias_dist={} window={} text_hidden={} sub_rows={SUB_ROWS:?} buckets={buckets:?} f32",
             c.input_size,
@@ -85,7 +85,7 @@ impl IreeAudio {
     /// Emits, compiles (or loads from the cache) and loads the audio module, uploads its weights.
     pub fn load(ck: &Checkpoint, ctx: &IreeContext) -> Result<Self> {
         let c = ck.config.audio.clone();
-        let buckets = window_buckets(&c);
+        let buckets = window_buckets(c.max_seq_len_window);
         let (bytes, weights) = Self::module(ck, ctx)?;
         let device = ctx.device.clone();
         let names = buckets.clone();

@@ -53,10 +53,9 @@ pub fn sub_chunk(remaining: usize) -> usize {
 /// buckets, against 15 s with two (`docs/benchmarks.md`).
 pub const WINDOW_STEP: usize = 64;
 
-/// Window buckets: every multiple of [`WINDOW_STEP`] below the reference window, then the
-/// window itself.
-pub fn window_buckets(c: &AudioConfig) -> Vec<usize> {
-    let win = c.max_seq_len_window;
+/// Window buckets for the reference window `win` (`max_seq_len_window`): every multiple of
+/// [`WINDOW_STEP`] below it, then the window itself.
+pub fn window_buckets(win: usize) -> Vec<usize> {
     let mut b: Vec<usize> = (WINDOW_STEP..win).step_by(WINDOW_STEP).collect();
     b.push(win);
     b
@@ -480,11 +479,26 @@ pub fn emit(ck: &Checkpoint, products: Products) -> AudioModule {
         .iter()
         .map(|&rows| emit_subsample(ck, products, rows, &mut w))
         .collect();
-    for wlen in window_buckets(&ck.config.audio) {
+    for wlen in window_buckets(ck.config.audio.max_seq_len_window) {
         funcs.push(emit_window(ck, products, wlen, &mut w));
     }
     AudioModule {
         mlir: mlir::module("audio", &funcs),
         weights: w,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_buckets_step_by_64_and_end_at_the_window() {
+        let released: Vec<usize> = vec![64, 128, 192, 256, 320, 384, 448, 500];
+        assert_eq!(window_buckets(500), released);
+        assert_eq!(window_buckets(512), [64, 128, 192, 256, 320, 384, 448, 512]);
+        assert_eq!(window_buckets(100), [64, 100]);
+        assert_eq!(window_buckets(64), [64]);
+        assert_eq!(window_buckets(16), [16]);
     }
 }

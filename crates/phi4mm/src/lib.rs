@@ -16,7 +16,8 @@
 //! - [`sampling`]: temperature, top-k/top-p and log probabilities per row;
 //! - [`request`]: a validated request turned into model inputs;
 //! - [`plugin`], [`config`], [`options`]: the ABI surface, the instance settings, and the
-//!   per-request `model_options`.
+//!   per-request `model_options`;
+//! - [`huge_pages`]: the library's global allocator (huge pages for large blocks).
 //!
 //! `ARCHITECTURE.md` at the repository root is the map.
 
@@ -24,6 +25,7 @@ pub mod adapter;
 pub mod backend;
 pub mod checkpoint;
 pub mod config;
+pub mod huge_pages;
 #[cfg(feature = "iree")]
 pub mod iree;
 pub mod kernels;
@@ -36,3 +38,6 @@ pub mod request;
 pub mod sampling;
 pub mod scheduler;
 pub mod step;
+
+#[global_allocator]
+static ALLOCATOR: huge_pages::LargeBlocksInHugePages = huge_pages::LargeBlocksInHugePages;

@@ -3,10 +3,10 @@
 //!
 //! Why: IREE allocates each call's transient memory (through `eerie`, from this allocator) and
 //! frees it when the call ends. glibc serves blocks that large with a fresh `mmap`, so every call
-//! faulted its transients in again 4 KiB at a time: about 40,000 page faults, 30 ms, for each
-//! crop of the vision tower's 167 MB of transients. With the blocks advised for huge pages the
-//! faults fall 25× and the tower's `main` ran 238 → 206 ms per crop; the host backend's large
-//! activations gain the same way (`docs/benchmarks.md`). It is what glibc's
+//! faulted its transients in again 4 KiB at a time: about 40,000 page faults for each crop of
+//! the vision tower's 167 MB of transients. With this allocator the IREE vision tower of the
+//! benchmark towers ran 1644 → 1388 ms per image (`docs/benchmarks.md`, "Transients in huge
+//! pages"); the decoder's transients are small and it did not move. It is what glibc's
 //! `glibc.malloc.hugetlb=1` tunable does, here for this library's allocations only, without an
 //! environment setting. The host process is untouched: a plugin library has its own global
 //! allocator.

@@ -36,6 +36,11 @@ pub struct BenchCheckpointArgs {
     /// 24 blocks' run time. Default: the preset's encoder.
     #[arg(long)]
     audio_blocks: Option<usize>,
+    /// Cut the preset's text decoder to this many layers, each of the preset's dimensions, for
+    /// `bench-batch`'s decoder figures: with `--preset phi4mm`, the released decoder's per-layer
+    /// cost without its 32 layers' compile and run time. Default: the preset's decoder.
+    #[arg(long)]
+    text_layers: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -231,6 +236,9 @@ pub fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
         v["num_attention_heads"] = json!(16);
         // The feature layer is the second to last: at least two layers so that one runs.
         v["num_hidden_layers"] = json!(layers.max(2));
+    }
+    if let Some(layers) = args.text_layers {
+        cfg["num_hidden_layers"] = json!(layers.max(1));
     }
     if let Some(blocks) = args.audio_blocks {
         let mut audio = phi4mm_config()["audio_config"].take();

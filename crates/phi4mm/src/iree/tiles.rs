@@ -66,6 +66,38 @@ fn row_tile(rows: usize) -> usize {
     rows.min(MAX_ROW_TILE)
 }
 
+/// The most row tiles one workgroup takes together ([`workgroup_config`]): a prefill chunk's.
+const SHARED_ROW_TILES: usize = 4;
+
+/// How a product of `m1` row tiles is cut among workgroups, where IREE's own choice is wrong.
+///
+/// For a reduction of 2816 or more, IREE (3.13, llvm-cpu) gives each workgroup one row tile
+/// against one weight tile (`distribution = [1, 1]`), so a prefill chunk's four row tiles read
+/// every weight tile separately, and the released decoder's weights (20–100 MB per product) do
+/// not stay in cache between them: each was read from memory four times per chunk. One
+/// workgroup per two weight tiles and every row tile reads the weight once: 64-row products at
+/// the released dimensions went from 263–348 to 373–474 GFLOP/s (`docs/benchmarks.md`,
+/// "Prefill products read each weight once"). A decode step has one row tile, where other cuts
+/// changed nothing measurable, and products of more row tiles (the encoders' larger windows)
+/// did not gain either; they keep IREE's choice (`None`). A 64-row audio window is cut as a
+/// prefill chunk is.
+fn workgroup_config(m1: usize, m0: usize) -> Option<String> {
+    if !(2..=SHARED_ROW_TILES).contains(&m1) {
+        return None;
+    }
+    // The vector tiles are IREE's own for these shapes: 8 rows × 32 outputs, one step of the
+    // reduction at a time.
+    let rows = m0.min(8);
+    Some(format!(
+        "{{compilation_info = #iree_codegen.compilation_info<\
+         lowering_config = #iree_cpu.lowering_config<distribution = [{m1}, 2, 0, 0, 0, 0], \
+         vector_common_parallel = [1, 1, 0, {rows}, {TILE_ROWS}, 0], \
+         vector_reduction = [0, 0, 1, 0, 0, 1]>, \
+         translation_info = #iree_codegen.translation_info<\
+         pipeline = #iree_cpu.pipeline<Mmt4dTilingExpert>>>}}"
+    ))
+}
+
 impl Func {
     /// `x · wᵀ` over `w` in tiles, for `x` `[…, k]` f32: `x`'s rows are packed into row tiles
     /// (a copy of `x`, not of the weight), multiplied tile by tile, and unpacked into `[…, n]`.
@@ -90,6 +122,7 @@ impl Func {
         let [empty_o, acc, prod] = [(); 3].map(|_| self.fresh(out_tiles.clone()));
         let [empty_y, y] = [(); 2].map(|_| self.fresh(out.clone()));
         let (z, w_tiles, w_ty) = (&zero.name, &w.tiles.name, &w.tiles.ty);
+        let config = workgroup_config(m1, m0).unwrap_or_default();
         for line in [
             format!("{z} = arith.constant 0.0 : f32"),
             format!("{} = tensor.empty() : {packed_x}", empty_x.name),
@@ -104,7 +137,7 @@ impl Func {
                 acc.name, empty_o.name
             ),
             format!(
-                "{} = linalg.mmt4d ins({}, {w_tiles} : {packed_x}, {w_ty}) \
+                "{} = linalg.mmt4d{config} ins({}, {w_tiles} : {packed_x}, {w_ty}) \
                  outs({} : {out_tiles}) -> {out_tiles}",
                 prod.name, xp.name, acc.name
             ),
@@ -148,6 +181,21 @@ mod tests {
         assert_eq!(t[65], 0);
         assert_eq!(t[96], 321);
         assert!(t[97..].iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn only_a_few_row_tiles_share_a_workgroup() {
+        assert_eq!(workgroup_config(1, 8), None);
+        assert_eq!(workgroup_config(64, 16), None);
+        let chunk = workgroup_config(4, 16).expect("a 64-row prefill chunk");
+        assert!(
+            chunk.contains("distribution = [4, 2, 0, 0, 0, 0]"),
+            "{chunk}"
+        );
+        assert!(
+            chunk.contains("vector_common_parallel = [1, 1, 0, 8, 32, 0]"),
+            "{chunk}"
+        );
     }
 
     #[test]

@@ -54,12 +54,14 @@ unsafe impl GlobalAlloc for LargeBlocksInHugePages {
 /// Asks for huge pages on the whole pages of `[p, p + len)` when the block is large.
 #[cfg(target_os = "linux")]
 fn advise(p: *mut u8, len: usize) {
-    const PAGE: usize = 4096;
     if p.is_null() || len < LARGE {
         return;
     }
-    let start = (p as usize).next_multiple_of(PAGE);
-    let end = (p as usize + len) & !(PAGE - 1);
+    // madvise needs page-aligned bounds, and pages are 16 or 64 KiB on some arm64 kernels.
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let start = (p as usize).next_multiple_of(page);
+    let end = (p as usize + len) & !(page - 1);
     // SAFETY: the range lies inside a block this allocator just returned; MADV_HUGEPAGE is a
     // hint, and its failure (THP disabled, an old kernel) leaves the block as it was.
     unsafe {

@@ -81,17 +81,16 @@ const SHARED_ROW_TILES: usize = 4;
 /// changed nothing measurable, and products of more row tiles (the encoders' larger windows)
 /// did not gain either; they keep IREE's choice (`None`). A 64-row audio window is cut as a
 /// prefill chunk is.
-fn workgroup_config(m1: usize, m0: usize) -> Option<String> {
+fn workgroup_config(m1: usize) -> Option<String> {
     if !(2..=SHARED_ROW_TILES).contains(&m1) {
         return None;
     }
-    // The vector tiles are IREE's own for these shapes: 8 rows × 32 outputs, one step of the
-    // reduction at a time.
-    let rows = m0.min(8);
+    // The vector tiles are IREE's own for these shapes (several row tiles are full ones, of
+    // MAX_ROW_TILE rows): 8 rows × 32 outputs, one step of the reduction at a time.
     Some(format!(
         "{{compilation_info = #iree_codegen.compilation_info<\
          lowering_config = #iree_cpu.lowering_config<distribution = [{m1}, 2, 0, 0, 0, 0], \
-         vector_common_parallel = [1, 1, 0, {rows}, {TILE_ROWS}, 0], \
+         vector_common_parallel = [1, 1, 0, 8, {TILE_ROWS}, 0], \
          vector_reduction = [0, 0, 1, 0, 0, 1]>, \
          translation_info = #iree_codegen.translation_info<\
          pipeline = #iree_cpu.pipeline<Mmt4dTilingExpert>>>}}"
@@ -122,7 +121,7 @@ impl Func {
         let [empty_o, acc, prod] = [(); 3].map(|_| self.fresh(out_tiles.clone()));
         let [empty_y, y] = [(); 2].map(|_| self.fresh(out.clone()));
         let (z, w_tiles, w_ty) = (&zero.name, &w.tiles.name, &w.tiles.ty);
-        let config = workgroup_config(m1, m0).unwrap_or_default();
+        let config = workgroup_config(m1).unwrap_or_default();
         for line in [
             format!("{z} = arith.constant 0.0 : f32"),
             format!("{} = tensor.empty() : {packed_x}", empty_x.name),
@@ -185,9 +184,9 @@ mod tests {
 
     #[test]
     fn only_a_few_row_tiles_share_a_workgroup() {
-        assert_eq!(workgroup_config(1, 8), None);
-        assert_eq!(workgroup_config(64, 16), None);
-        let chunk = workgroup_config(4, 16).expect("a 64-row prefill chunk");
+        assert_eq!(workgroup_config(1), None);
+        assert_eq!(workgroup_config(64), None);
+        let chunk = workgroup_config(4).expect("a 64-row prefill chunk");
         assert!(
             chunk.contains("distribution = [4, 2, 0, 0, 0, 0]"),
             "{chunk}"

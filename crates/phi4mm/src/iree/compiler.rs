@@ -87,9 +87,13 @@ impl CompileTarget {
                 "--iree-hal-target-device=local".into(),
                 "--iree-hal-local-target-device-backends=llvm-cpu".into(),
                 format!("--iree-llvmcpu-target-cpu={cpu}"),
-                // Stated on every compile, like the tuning spec: the compiler keeps some options
-                // process-wide, so a value one compile set would otherwise leak into the next.
-                format!("{REASSOCIATE}=false"),
+                // FP reductions may be reassociated, as every SIMD dot product reassociates
+                // them: kept in order, a reduction is one dependent chain of adds, and the
+                // softmax max and sum over the vision tower's 16 × 1024 × 1024 scores ran
+                // latency-bound (the tower 2 % slower; `docs/benchmarks.md`). Stated on every
+                // compile, like the tuning spec: the compiler keeps some options process-wide,
+                // so a value one compile set would otherwise leak into the next.
+                format!("{REASSOCIATE}=true"),
             ],
             CompileTarget::Cuda { arch } => vec![
                 "--iree-hal-target-device=cuda".into(),
@@ -218,14 +222,12 @@ impl IreeCompiler {
     /// The compiler for modules whose matrix products see a handful of rows per call (the
     /// decoder): on CPU, its matrix-vector products (batch-1 decode, the LM head) get the
     /// lowering of `tuning/matvec_cpu.mlir`, one accumulator per output row instead of IREE's
-    /// default tiles that transpose in registers (measured: the LM head 2.5–2.8× faster), and
-    /// FP reductions may be reassociated, as every SIMD dot product reassociates them.
+    /// default tiles that transpose in registers (measured: the LM head 2.5–2.8× faster; the
+    /// spec relies on the reassociated reductions every CPU compile allows).
     pub fn for_few_rows(&self) -> Self {
         match self.target {
             CompileTarget::LlvmCpu { .. } => {
                 let mut c = self.clone();
-                c.flags.retain(|f| !f.starts_with(REASSOCIATE));
-                c.flags.push(format!("{REASSOCIATE}=true"));
                 c.tuning_spec = Some(MATVEC_CPU_SPEC);
                 c
             }

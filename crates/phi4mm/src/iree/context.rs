@@ -12,6 +12,7 @@ use artifact_cache::{ArtifactCache, CompilerIdentity, ModuleRequest};
 use super::compiler::{CompileTarget, IreeCompiler};
 use super::error::{IreeError, Result};
 use super::mlir::Products;
+use super::tiles::TileShape;
 use super::weights::Weights;
 
 pub struct IreeContext {
@@ -77,7 +78,7 @@ impl IreeContext {
     /// stored on CUDA.
     pub fn encoder_products(&self) -> Products {
         match self.compiler.target() {
-            CompileTarget::LlvmCpu { .. } => Products::Tiles,
+            CompileTarget::LlvmCpu { cpu } => Products::Tiles(TileShape::for_cpu(cpu)),
             CompileTarget::Cuda { .. } => Products::RowMajor,
         }
     }

@@ -28,6 +28,7 @@ use super::context::{IreeContext, Rows};
 use super::emit::decoder::{cache_type, emit, Adapters, DecoderFn, DecoderShape, Kind};
 use super::error::{IreeResult, Result};
 use super::mlir::Products;
+use super::tiles::TileShape;
 use super::weights::Weights;
 use super::worker::Worker;
 
@@ -248,7 +249,7 @@ impl IreeDecoder {
     pub fn shape(context: usize, chunk: usize, ctx: &IreeContext) -> DecoderShape {
         let products = match ctx.compiler.target() {
             CompileTarget::Cuda { .. } => Products::RowMatvecs,
-            CompileTarget::LlvmCpu { .. } => Products::Tiles,
+            CompileTarget::LlvmCpu { cpu } => Products::Tiles(TileShape::for_cpu(cpu)),
         };
         DecoderShape::new(context, chunk, DECODE_BATCHES).with_products(products)
     }

@@ -186,8 +186,9 @@ pub enum Products {
     RowMatvecs,
     /// The module's weights declared in tiles, packed once at upload, and every product by them
     /// IREE's four-dimensional one, whatever its rows ([`crate::iree::tiles`]); products by
-    /// values of the call (LoRA's, through their rank) as [`Products::RowMajor`].
-    Tiles,
+    /// values of the call (LoRA's, through their rank) as [`Products::RowMajor`]; the tiles
+    /// shaped for the target's vector registers.
+    Tiles(crate::iree::tiles::TileShape),
 }
 
 /// The most rows [`Products::RowMatvecs`] writes as matrix-vector products.
@@ -700,7 +701,7 @@ impl Func {
                 p => p,
             };
             match form {
-                Products::RowMajor | Products::Tiles => {
+                Products::RowMajor | Products::Tiles(_) => {
                     self.dot_general(&x2, w, (&[], &[]), (&[1], &[1]))
                 }
                 Products::WeightMajor => {

@@ -1,10 +1,11 @@
 //! Weights stored in tiles for IREE's four-dimensional matrix product (`linalg.mmt4d`), and the
 //! products that read them.
 //!
-//! A weight `w` `[n, k]` is uploaded once as `[⌈n/32⌉, k, 32, 1]`: tile `t` holds rows
-//! `32·t .. 32·t + 32`, column by column, so that one step of the reduction reads 32 of the
-//! weight's rows contiguously. IREE then runs `x · wᵀ` as a micro-kernel that keeps every row
-//! of `x` (up to [`MAX_ROW_TILE`] at a time) in registers against each 32-row slice of the
+//! A weight `w` `[n, k]` is uploaded once as `[⌈n/t⌉, k, t, 1]`, `t` rows per tile (32 on
+//! AVX-512, 16 on AVX2: [`TileShape`]): tile `i` holds rows `t·i .. t·i + t`, column by column,
+//! so that one step of the reduction reads `t` of the weight's rows contiguously. IREE then
+//! runs `x · wᵀ` as a micro-kernel that keeps every row of `x` (up to
+//! [`TileShape::max_row_tile`] at a time) in registers against each `t`-row slice of the
 //! weight: it reads the weight once whatever the number of rows, and widens bf16 to f32 as it
 //! loads.
 //!
@@ -18,16 +19,62 @@
 
 use rayon::prelude::*;
 
-use super::mlir::{DType, Func, TensorType, Value};
+use super::mlir::{DType, Func, Products, TensorType, Value};
 
-/// Weight rows per tile: two full-width AVX-512 vectors of f32 accumulators per row of `x`.
-/// Measured on the LM head against 16 and 64 (`docs/benchmarks.md`).
-pub const TILE_ROWS: usize = 32;
+/// How products in tiles fit the CPU's vector registers: the tile sizes of the weights (fixed
+/// when the module is emitted and when its weights are uploaded) and of the products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileShape {
+    /// Weight rows per tile: the outputs one row of `x` accumulates at a time.
+    pub weight_rows: usize,
+    /// The most rows of `x` the micro-kernel holds at once; more are cut into tiles of this many.
+    pub max_row_tile: usize,
+    /// Rows of `x` per vector tile where several row tiles share a workgroup
+    /// ([`workgroup_config`]).
+    vector_rows: usize,
+}
 
-/// The most rows of `x` the micro-kernel holds at once; more are cut into tiles of this many.
-pub const MAX_ROW_TILE: usize = 16;
+impl TileShape {
+    /// 32 zmm registers: a row's 32 outputs are two of them, and a vector tile of 8 rows holds
+    /// 16 accumulators. Weight tiles of 32 measured against 16 and 64 on the LM head
+    /// (`docs/benchmarks.md`, "Weights in tiles").
+    pub const AVX512: TileShape = TileShape {
+        weight_rows: 32,
+        max_row_tile: 16,
+        vector_rows: 8,
+    };
 
-/// A weight `[n, k]` declared in tiles: `tiles` is `[⌈n/TILE_ROWS⌉, k, TILE_ROWS, 1]` in the
+    /// 16 ymm registers: with AVX-512's tiles, a vector tile of 8 rows × 32 outputs needs 32
+    /// accumulators and spills; 16 outputs in vector tiles of 4 rows hold 8 and leave room for
+    /// the weight's loads. On a Zen 3 EPYC, a 64-row prefill product 52–71 → 129–135 GFLOP/s,
+    /// a 384-row encoder product 82–100 → 101–118 (`docs/benchmarks.md`, "Tiles for AVX2").
+    pub const AVX2: TileShape = TileShape {
+        weight_rows: 16,
+        max_row_tile: 8,
+        vector_rows: 4,
+    };
+
+    /// The shape for IREE's `--iree-llvmcpu-target-cpu`: for `host`, this machine's widest
+    /// vectors; a CPU named explicitly (a cross compile) gets [`TileShape::AVX512`], the shape
+    /// every machine had before AVX2's was measured.
+    pub fn for_cpu(cpu: &str) -> TileShape {
+        #[cfg(target_arch = "x86_64")]
+        if cpu == "host" && !std::arch::is_x86_feature_detected!("avx512f") {
+            return TileShape::AVX2;
+        }
+        let _ = cpu;
+        TileShape::AVX512
+    }
+
+    /// Rows of `x` per tile of the product: every row at once up to
+    /// [`TileShape::max_row_tile`] (a decode step's batch), else tiles of that many (a prefill
+    /// chunk), the last padded.
+    fn row_tile(&self, rows: usize) -> usize {
+        rows.min(self.max_row_tile)
+    }
+}
+
+/// A weight `[n, k]` declared in tiles: `tiles` is `[⌈n/t⌉, k, t, 1]` ([`tiled_shape`]) in the
 /// weight's stored precision, its rows past `n` zero.
 #[derive(Clone, Debug)]
 pub struct TiledWeight {
@@ -36,38 +83,40 @@ pub struct TiledWeight {
     pub n: usize,
 }
 
-/// The shape a weight of `shape` `[n, …]` (read as `[n, k]`) is uploaded in.
-pub fn tiled_shape(shape: &[usize]) -> Vec<usize> {
+/// The shape a weight of `shape` `[n, …]` (read as `[n, k]`) is uploaded in, `tile` rows per
+/// tile.
+pub fn tiled_shape(shape: &[usize], tile: usize) -> Vec<usize> {
     let n = shape[0];
     let k = shape[1..].iter().product();
-    vec![n.div_ceil(TILE_ROWS), k, TILE_ROWS, 1]
+    vec![n.div_ceil(tile), k, tile, 1]
 }
 
-/// `w` (`[n, k]`, row-major) in tiles ([`tiled_shape`]); rows past `n` are `T::default()`.
-pub fn tile_rows<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Vec<T> {
+/// `w` (`[n, k]`, row-major) in tiles of `tile` rows ([`tiled_shape`]); rows past `n` are
+/// `T::default()`.
+pub fn tile_rows<T: Copy + Default + Send + Sync>(
+    w: &[T],
+    n: usize,
+    k: usize,
+    tile: usize,
+) -> Vec<T> {
     assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
-    let mut out = vec![T::default(); n.div_ceil(TILE_ROWS) * k * TILE_ROWS];
-    out.par_chunks_mut(k * TILE_ROWS)
+    let mut out = vec![T::default(); n.div_ceil(tile) * k * tile];
+    out.par_chunks_mut(k * tile)
         .enumerate()
-        .for_each(|(t, tile)| {
-            let rows = (t * TILE_ROWS..(t + 1) * TILE_ROWS).take_while(|&r| r < n);
+        .for_each(|(t, block)| {
+            let rows = (t * tile..(t + 1) * tile).take_while(|&r| r < n);
             for (j, r) in rows.enumerate() {
                 for (kk, &v) in w[r * k..(r + 1) * k].iter().enumerate() {
-                    tile[kk * TILE_ROWS + j] = v;
+                    block[kk * tile + j] = v;
                 }
             }
         });
     out
 }
 
-/// Rows of `x` per tile of the product: every row at once up to [`MAX_ROW_TILE`] (a decode
-/// step's batch), else tiles of [`MAX_ROW_TILE`] (a prefill chunk), the last padded.
-fn row_tile(rows: usize) -> usize {
-    rows.min(MAX_ROW_TILE)
-}
-
-/// The most row tiles one workgroup takes together ([`workgroup_config`]): a prefill chunk's.
-const SHARED_ROW_TILES: usize = 4;
+/// The most rows whose tiles one workgroup takes together ([`workgroup_config`]): a prefill
+/// chunk's, and a 64-row audio window's.
+const SHARED_ROWS: usize = 64;
 
 /// How a product of `m1` row tiles is cut among workgroups, where IREE's own choice is wrong.
 ///
@@ -81,16 +130,22 @@ const SHARED_ROW_TILES: usize = 4;
 /// changed nothing measurable, and products of more row tiles (the encoders' larger windows)
 /// did not gain either; they keep IREE's choice (`None`). A 64-row audio window is cut as a
 /// prefill chunk is.
-fn workgroup_config(m1: usize) -> Option<String> {
-    if !(2..=SHARED_ROW_TILES).contains(&m1) {
+fn workgroup_config(m1: usize, shape: TileShape) -> Option<String> {
+    if !(2..=SHARED_ROWS / shape.max_row_tile).contains(&m1) {
         return None;
     }
-    // The vector tiles are IREE's own for these shapes (several row tiles are full ones, of
-    // MAX_ROW_TILE rows): 8 rows × 32 outputs, one step of the reduction at a time.
+    // Several row tiles are full ones, of `max_row_tile` rows. With AVX-512's shape the vector
+    // tiles are IREE's own for these shapes (8 rows × 32 outputs); with AVX2's, IREE's would be
+    // the whole 8 × 16 tile, 16 accumulators in 16 registers.
+    let TileShape {
+        weight_rows,
+        vector_rows,
+        ..
+    } = shape;
     Some(format!(
         "{{compilation_info = #iree_codegen.compilation_info<\
          lowering_config = #iree_cpu.lowering_config<distribution = [{m1}, 2, 0, 0, 0, 0], \
-         vector_common_parallel = [1, 1, 0, 8, {TILE_ROWS}, 0], \
+         vector_common_parallel = [1, 1, 0, {vector_rows}, {weight_rows}, 0], \
          vector_reduction = [0, 0, 1, 0, 0, 1]>, \
          translation_info = #iree_codegen.translation_info<\
          pipeline = #iree_cpu.pipeline<Mmt4dTilingExpert>>>}}"
@@ -110,7 +165,18 @@ impl Func {
         };
         assert_eq!(wk, k, "x {} against weight tiles {}", x.ty, w.tiles.ty);
         let x2 = self.reshape(x, &[rows, k]);
-        let m0 = row_tile(rows);
+        let Products::Tiles(shape) = self.products() else {
+            panic!(
+                "products in tiles in a function that writes {:?}",
+                self.products()
+            );
+        };
+        assert_eq!(
+            n0, shape.weight_rows,
+            "weight tiles {} for {shape:?}",
+            w.tiles.ty
+        );
+        let m0 = shape.row_tile(rows);
         let m1 = rows.div_ceil(m0);
         let f32 = DType::F32;
         let packed_x = TensorType::new(&[m1, k, m0, 1], f32);
@@ -121,7 +187,7 @@ impl Func {
         let [empty_o, acc, prod] = [(); 3].map(|_| self.fresh(out_tiles.clone()));
         let [empty_y, y] = [(); 2].map(|_| self.fresh(out.clone()));
         let (z, w_tiles, w_ty) = (&zero.name, &w.tiles.name, &w.tiles.ty);
-        let config = workgroup_config(m1).unwrap_or_default();
+        let config = workgroup_config(m1, shape).unwrap_or_default();
         for line in [
             format!("{z} = arith.constant 0.0 : f32"),
             format!("{} = tensor.empty() : {packed_x}", empty_x.name),
@@ -166,8 +232,8 @@ mod tests {
         let w: Vec<u32> = (0..n)
             .flat_map(|r| (0..k).map(move |c| 10 * r + c))
             .collect();
-        let t = tile_rows(&w, n as usize, k as usize);
-        assert_eq!(tiled_shape(&[33, 2]), [2, 2, 32, 1]);
+        let t = tile_rows(&w, n as usize, k as usize, 32);
+        assert_eq!(tiled_shape(&[33, 2], 32), [2, 2, 32, 1]);
         assert_eq!(t.len(), 2 * 2 * 32);
         // Tile 0, column 0: rows 0..32; column 1 follows.
         assert_eq!(t[0], 0);
@@ -183,10 +249,23 @@ mod tests {
     }
 
     #[test]
+    fn avx2_tiles_hold_16_rows() {
+        let (n, k) = (17, 3);
+        let w: Vec<u32> = (0..(n * k) as u32).collect();
+        let t = tile_rows(&w, n, k, 16);
+        assert_eq!(tiled_shape(&[17, 3], 16), [2, 3, 16, 1]);
+        // Tile 0, column 2, lane 5: row 5's third element; tile 1, column 1, lane 0: row 16's.
+        assert_eq!(t[2 * 16 + 5], w[5 * k + 2]);
+        assert_eq!(t[3 * 16 + 16], w[16 * k + 1]);
+        assert!(t[3 * 16 + 17..3 * 16 + 32].iter().all(|&v| v == 0));
+    }
+
+    #[test]
     fn only_a_few_row_tiles_share_a_workgroup() {
-        assert_eq!(workgroup_config(1), None);
-        assert_eq!(workgroup_config(64), None);
-        let chunk = workgroup_config(4).expect("a 64-row prefill chunk");
+        let wide = TileShape::AVX512;
+        assert_eq!(workgroup_config(1, wide), None);
+        assert_eq!(workgroup_config(5, wide), None);
+        let chunk = workgroup_config(4, wide).expect("a 64-row prefill chunk");
         assert!(
             chunk.contains("distribution = [4, 2, 0, 0, 0, 0]"),
             "{chunk}"
@@ -195,13 +274,33 @@ mod tests {
             chunk.contains("vector_common_parallel = [1, 1, 0, 8, 32, 0]"),
             "{chunk}"
         );
+        // AVX2: the chunk is 8 tiles of 8 rows, in vector tiles of 4 rows × 16 outputs.
+        let narrow = TileShape::AVX2;
+        assert_eq!(workgroup_config(9, narrow), None);
+        let chunk = workgroup_config(8, narrow).expect("a 64-row prefill chunk");
+        assert!(
+            chunk.contains("distribution = [8, 2, 0, 0, 0, 0]"),
+            "{chunk}"
+        );
+        assert!(
+            chunk.contains("vector_common_parallel = [1, 1, 0, 4, 16, 0]"),
+            "{chunk}"
+        );
     }
 
     #[test]
     fn rows_are_tiled_whole_up_to_the_largest_tile() {
-        assert_eq!(row_tile(1), 1);
-        assert_eq!(row_tile(8), 8);
-        assert_eq!(row_tile(16), 16);
-        assert_eq!(row_tile(64), 16);
+        let wide = TileShape::AVX512;
+        assert_eq!(wide.row_tile(1), 1);
+        assert_eq!(wide.row_tile(8), 8);
+        assert_eq!(wide.row_tile(16), 16);
+        assert_eq!(wide.row_tile(64), 16);
+        assert_eq!(TileShape::AVX2.row_tile(8), 8);
+        assert_eq!(TileShape::AVX2.row_tile(64), 8);
+    }
+
+    #[test]
+    fn an_explicit_cpu_keeps_the_avx512_shape() {
+        assert_eq!(TileShape::for_cpu("sapphirerapids"), TileShape::AVX512);
     }
 }

@@ -12,13 +12,14 @@ use crate::checkpoint::{TensorView, WeightData};
 use artifact_cache::WeightSpec;
 
 use super::mlir::{DType, Func, Products, TensorType, Value};
-use super::tiles::{tile_rows, tiled_shape, TiledWeight};
+use super::tiles::{tile_rows, tiled_shape, TileShape, TiledWeight};
 
 /// How a weight lies in its device buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Layout {
     Stored,
-    Tiles,
+    /// In tiles of this many rows.
+    Tiles(usize),
 }
 
 /// The weight arguments of one module, in declaration order.
@@ -40,9 +41,9 @@ impl Weights {
 
     /// Declares the matrix `t` (`[n, k]`) as the next argument of `f`, in tiles
     /// ([`super::tiles`]) and its stored precision; [`Weights::upload`] packs it.
-    pub fn tiled(&mut self, f: &mut Func, name: &str, t: &TensorView) -> TiledWeight {
+    fn tiled(&mut self, f: &mut Func, name: &str, t: &TensorView, shape: TileShape) -> TiledWeight {
         TiledWeight {
-            tiles: self.declare(f, name, t, Layout::Tiles),
+            tiles: self.declare(f, name, t, Layout::Tiles(shape.weight_rows)),
             n: t.shape[0],
         }
     }
@@ -50,10 +51,9 @@ impl Weights {
     /// Declares the matrix `t` (`[n, …]`, read as `[n, k]`: a convolution kernel flattened)
     /// for products `x · tᵀ`: in tiles where `f` writes [`Products::Tiles`], else as stored.
     pub fn matrix(&mut self, f: &mut Func, name: &str, t: &TensorView) -> Matrix {
-        if f.products() == Products::Tiles {
-            Matrix::Tiled(self.tiled(f, name, t))
-        } else {
-            Matrix::Stored(self.arg(f, name, t))
+        match f.products() {
+            Products::Tiles(shape) => Matrix::Tiled(self.tiled(f, name, t, shape)),
+            _ => Matrix::Stored(self.arg(f, name, t)),
         }
     }
 
@@ -65,7 +65,7 @@ impl Weights {
         };
         let shape = match layout {
             Layout::Stored => t.shape.clone(),
-            Layout::Tiles => tiled_shape(&t.shape),
+            Layout::Tiles(rows) => tiled_shape(&t.shape, rows),
         };
         let v = f.arg(TensorType::new(&shape, dtype));
         match self.specs.iter().position(|s| s.name == name) {
@@ -122,7 +122,7 @@ fn in_layout<T: Copy + Default + Send + Sync>(
 ) -> Cow<'_, [T]> {
     match layout {
         Layout::Stored => Cow::Borrowed(s),
-        Layout::Tiles => Cow::Owned(tile_rows(s, n, k)),
+        Layout::Tiles(rows) => Cow::Owned(tile_rows(s, n, k, rows)),
     }
 }
 

@@ -203,6 +203,7 @@ fn both_mixed_batches_in_every_product_form() {
     use switchyard_phi4mm::iree::decoder::IreeDecoder;
     use switchyard_phi4mm::iree::emit::decoder::DecoderShape;
     use switchyard_phi4mm::iree::mlir::Products;
+    use switchyard_phi4mm::iree::tiles::TileShape;
     use switchyard_phi4mm::model::{Phi4mm, PromptInput};
 
     let ck = Checkpoint::open(&fixture().join("model")).unwrap();
@@ -211,7 +212,8 @@ fn both_mixed_batches_in_every_product_form() {
     // Every form with the decode batch sizes the decoder compiles; rows short of the fixture's
     // LongRoPE cases, so a small context keeps the three compiles short.
     let forms = [
-        Products::Tiles,
+        Products::Tiles(TileShape::AVX512),
+        Products::Tiles(TileShape::AVX2),
         Products::RowMajor,
         Products::WeightMajor,
         Products::RowMatvecs,

@@ -262,30 +262,22 @@ mod tests {
 
     #[test]
     fn only_a_few_row_tiles_share_a_workgroup() {
-        let wide = TileShape::AVX512;
-        assert_eq!(workgroup_config(1, wide), None);
-        assert_eq!(workgroup_config(5, wide), None);
-        let chunk = workgroup_config(4, wide).expect("a 64-row prefill chunk");
-        assert!(
-            chunk.contains("distribution = [4, 2, 0, 0, 0, 0]"),
-            "{chunk}"
-        );
-        assert!(
-            chunk.contains("vector_common_parallel = [1, 1, 0, 8, 32, 0]"),
-            "{chunk}"
-        );
-        // AVX2: the chunk is 8 tiles of 8 rows, in vector tiles of 4 rows × 16 outputs.
-        let narrow = TileShape::AVX2;
-        assert_eq!(workgroup_config(9, narrow), None);
-        let chunk = workgroup_config(8, narrow).expect("a 64-row prefill chunk");
-        assert!(
-            chunk.contains("distribution = [8, 2, 0, 0, 0, 0]"),
-            "{chunk}"
-        );
-        assert!(
-            chunk.contains("vector_common_parallel = [1, 1, 0, 4, 16, 0]"),
-            "{chunk}"
-        );
+        // A 64-row prefill chunk: 4 tiles of 16 rows on AVX-512, in vector tiles of 8 × 32; 8
+        // tiles of 8 rows on AVX2, in vector tiles of 4 × 16. One tile more shares nothing.
+        for (shape, chunk_tiles, vector) in [
+            (TileShape::AVX512, 4, "[1, 1, 0, 8, 32, 0]"),
+            (TileShape::AVX2, 8, "[1, 1, 0, 4, 16, 0]"),
+        ] {
+            assert_eq!(workgroup_config(1, shape), None, "{shape:?}");
+            assert_eq!(workgroup_config(chunk_tiles + 1, shape), None, "{shape:?}");
+            let chunk = workgroup_config(chunk_tiles, shape).expect("a 64-row prefill chunk");
+            let distribution = format!("distribution = [{chunk_tiles}, 2, 0, 0, 0, 0]");
+            assert!(chunk.contains(&distribution), "{chunk}");
+            assert!(
+                chunk.contains(&format!("vector_common_parallel = {vector}")),
+                "{chunk}"
+            );
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use switchyard_phi4mm::kernels::path::{self, KernelPath};
 use switchyard_phi4mm::model::{Phi4mm, SequenceState};
 
 use crate::bench_checkpoint::{to_bf16, SplitMix};
+use crate::bounds::{layer_linears, prefill_flops, read_bandwidth, DecodeBytes};
 use switchyard_phi4mm::sampling::argmax;
 use switchyard_phi4mm::step::StepRow;
 
@@ -48,27 +49,6 @@ pub struct BenchArgs {
     /// Context length of the attention figure (a second prompt this long, then decode steps).
     #[arg(long, default_value_t = 2048)]
     long_context: usize,
-}
-
-/// Best-of-3 multithreaded read bandwidth in bytes/s (sums a buffer far larger than the caches).
-fn read_bandwidth(bytes: usize) -> f64 {
-    let n = bytes / 8;
-    let buf: Vec<u64> = (0..n as u64)
-        .into_par_iter()
-        .map(|i| i.wrapping_mul(0x9e37_79b9))
-        .collect();
-    let mut best = 0.0f64;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let s: u64 = buf
-            .par_chunks(1 << 16)
-            .map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b)))
-            .reduce(|| 0, u64::wrapping_add);
-        let secs = t.elapsed().as_secs_f64();
-        std::hint::black_box(s);
-        best = best.max(bytes as f64 / secs);
-    }
-    best
 }
 
 /// GFLOP/s of `[m, k] × [k, n]` through the model's bf16 linear path and plain f32 sgemm.
@@ -171,43 +151,6 @@ fn best_s(reps: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Floating-point operations of one prefill of `tokens` tokens, as the host does them: the
-/// layers' linears on every token, causal attention (scores and weighted values, both halves of
-/// the triangle's work), and the LM head on the last token. Only the last token feeds the head,
-/// so the last layer projects every token's keys and values but attends, projects and runs its
-/// MLP for the last token alone.
-fn prefill_flops(
-    ck: &Checkpoint,
-    c: &switchyard_phi4mm::checkpoint::TextConfig,
-    tokens: usize,
-) -> f64 {
-    let params = |m: &Matrix<'_>| m.out_dim * m.in_dim;
-    let linears = layer_linears(ck, c.num_layers);
-    let all_tokens: usize = linears.iter().map(params).sum();
-    // The last layer's linears past its qkv projection (`layer_linears` order).
-    let last_token_only: usize = linears.iter().rev().take(3).map(params).sum();
-    let linear_macs = all_tokens * tokens - last_token_only * tokens.saturating_sub(1);
-    let triangle: usize = (1..=tokens).sum();
-    let positions = c.num_layers.saturating_sub(1) * triangle + tokens;
-    let attention = 4 * c.num_heads * c.head_dim * positions;
-    let head = c.hidden_size * c.vocab_size;
-    2.0 * (linear_macs + head) as f64 + attention as f64
-}
-
-/// The decoder's linear weights one decode step reads, per layer, in the model's order.
-fn layer_linears(ck: &Checkpoint, layers: usize) -> Vec<Matrix<'_>> {
-    let modules = [
-        "self_attn.qkv_proj",
-        "self_attn.o_proj",
-        "mlp.gate_up_proj",
-        "mlp.down_proj",
-    ];
-    (0..layers)
-        .flat_map(|l| modules.map(|m| format!("model.layers.{l}.{m}.weight")))
-        .map(|n| Matrix::of(ck.tensor(&n)))
-        .collect()
-}
-
 /// Per-path figures of one round.
 #[derive(Clone, Copy)]
 struct PathFigures {
@@ -235,21 +178,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let model = Phi4mm::load(&ck, args.threads);
     let c = &model.config.text;
 
-    // Bytes one decode token reads: every decoder linear + the LM head (tied here: the embedding
-    // table; the embedding lookup itself reads one row).
-    let head_name = if c.tie_word_embeddings {
-        "model.embed_tokens.weight"
-    } else {
-        "lm_head.weight"
-    };
-    let head = ck.tensor(head_name);
     let linears = layer_linears(&ck, c.num_layers);
-    let linear_bytes: usize = ck
-        .tensor_names()
-        .filter(|n| n.starts_with("model.layers.") && n.ends_with("_proj.weight"))
-        .map(|n| ck.tensor(n).size_bytes())
-        .sum();
-    let head_bytes = head.size_bytes();
+    let DecodeBytes {
+        linears: linear_bytes,
+        head: head_bytes,
+    } = DecodeBytes::of(&ck, c);
     let weight_bytes = linear_bytes + head_bytes;
 
     let (bw, (peak, peak_path), (gemm_bf16, gemm_f32_1t), fork_join_s) = model.install(|| {

@@ -23,6 +23,7 @@ use switchyard_phi4mm::sampling::argmax;
 use switchyard_phi4mm::step::{StepBackend, StepRow};
 use switchyard_phi4mm_frontend::audio::AudioOptions;
 
+use crate::bounds;
 use crate::generate::IreeArgs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -169,6 +170,56 @@ fn run_batch<B: StepBackend>(
     (prefill_s, (steps * modes.len()) as f64 / secs)
 }
 
+/// What the figures are measured against, in the same run: the FMA peak bounds prefill, the
+/// read bandwidth over the weights one step reads bounds a batch-1 decode step.
+struct Bounds {
+    peak_gflops: f64,
+    peak_vector_path: &'static str,
+    read_bandwidth: f64,
+    /// Useful floating-point work of the prompt's prefill, per prompt token.
+    prefill_flops_per_token: f64,
+    decode_weight_bytes: usize,
+}
+
+impl Bounds {
+    fn measure(ck: &Checkpoint, model: &Phi4mm, prompt_tokens: usize) -> Bounds {
+        let c = &model.config.text;
+        let (read_bandwidth, (peak_gflops, peak_vector_path)) = model.install(|| {
+            (
+                bounds::read_bandwidth(BANDWIDTH_BYTES),
+                crate::peak::peak_gflops(),
+            )
+        });
+        Bounds {
+            peak_gflops,
+            peak_vector_path,
+            read_bandwidth,
+            prefill_flops_per_token: bounds::prefill_flops(ck, c, prompt_tokens)
+                / prompt_tokens as f64,
+            decode_weight_bytes: bounds::DecodeBytes::of(ck, c).total(),
+        }
+    }
+
+    /// Batch-1 decode tokens/s if every step only streamed its weights at the read bandwidth.
+    fn decode_tok_s_bound(&self) -> f64 {
+        self.read_bandwidth / self.decode_weight_bytes as f64
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "peak_gflops": self.peak_gflops,
+            "peak_vector_path": self.peak_vector_path,
+            "read_bandwidth_gb_s": self.read_bandwidth / 1e9,
+            "prefill_gflop_per_token": self.prefill_flops_per_token / 1e9,
+            "decode_weight_bytes": self.decode_weight_bytes,
+            "decode_batch1_bound_tokens_per_s": self.decode_tok_s_bound(),
+        })
+    }
+}
+
+/// The read-bandwidth test's buffer: far above any cache.
+const BANDWIDTH_BYTES: usize = 1 << 30;
+
 /// Best-of-rounds figures of one backend.
 #[derive(Default, Clone, Copy)]
 struct Figures {
@@ -186,10 +237,14 @@ impl Figures {
         self.b8_mixed = self.b8_mixed.max(o.b8_mixed);
     }
 
-    fn json(&self) -> Value {
+    fn json(&self, bounds: &Bounds) -> Value {
+        let prefill_gflops = self.prefill_tok_s * bounds.prefill_flops_per_token / 1e9;
         json!({
             "prefill_tokens_per_s": self.prefill_tok_s,
+            "prefill_gflops": prefill_gflops,
+            "prefill_fraction_of_peak": prefill_gflops / bounds.peak_gflops,
             "decode_tokens_per_s_batch1": self.b1,
+            "decode_batch1_fraction_of_bandwidth_bound": self.b1 / bounds.decode_tok_s_bound(),
             "decode_tokens_per_s_batch8": self.b8,
             "decode_tokens_per_s_batch8_mixed_adapters": self.b8_mixed,
             "batch8_over_batch1": self.b8 / self.b1,
@@ -226,6 +281,8 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     } else {
         (None, Value::Null)
     };
+    // Before the rounds, so the bounds' own load on the cores is over when they start.
+    let bounds = (!args.encoders_only).then(|| Bounds::measure(&ck, &model, args.prompt_tokens));
     let mut host_best = Figures::default();
     let mut iree_best = Figures::default();
     // Each round's mixed-vs-base extra time (the two batches ran back to back in that round):
@@ -286,15 +343,18 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
         "decode_steps": args.new_tokens,
         "rounds": args.rounds,
     });
-    if args.backend != Which::Iree && !args.encoders_only {
-        report["host"] = host_best.json();
+    if let Some(b) = &bounds {
+        report["bounds"] = b.json();
+    }
+    if let (Some(b), true) = (&bounds, args.backend != Which::Iree) {
+        report["host"] = host_best.json(b);
         report["host"]["mixed_extra_time_median"] = json!(median(&mut host_mixed_extra.clone()));
         report["host"]["mixed_extra_time_rounds"] = json!(host_mixed_extra);
     }
     report["encoders"] = encoders;
     if iree.is_some() {
-        if !args.encoders_only {
-            report["iree"] = iree_best.json();
+        if let Some(b) = &bounds {
+            report["iree"] = iree_best.json(b);
         }
         report["iree_modules"] = modules;
         if args.backend == Which::Both {

@@ -6,6 +6,7 @@ mod bench_batch;
 mod bench_checkpoint;
 mod bench_frontend;
 mod bench_vision;
+mod bounds;
 mod cache;
 mod generate;
 mod peak;

@@ -54,16 +54,22 @@ impl TileShape {
         vector_rows: 4,
     };
 
-    /// The shape for IREE's `--iree-llvmcpu-target-cpu`: for `host`, this machine's widest
-    /// vectors; a CPU named explicitly (a cross compile) gets [`TileShape::AVX512`], the shape
-    /// every machine had before AVX2's was measured.
+    /// The shape for IREE's `--iree-llvmcpu-target-cpu`: AVX-512's where the target has
+    /// AVX-512 (for `host`, this machine; for a CPU named for a cross compile, the LLVM names
+    /// in [`AVX512_CPUS`]), AVX2's everywhere else. AVX2's fits 16 registers of any width, so
+    /// it is also the shape for older x86 and for CPUs of other architectures (unmeasured
+    /// there; AVX-512's would need 16 accumulators of 512 bits per vector tile).
     pub fn for_cpu(cpu: &str) -> TileShape {
-        #[cfg(target_arch = "x86_64")]
-        if cpu == "host" && !std::arch::is_x86_feature_detected!("avx512f") {
-            return TileShape::AVX2;
+        let avx512 = if cpu == "host" {
+            host_has_avx512()
+        } else {
+            AVX512_CPUS.contains(&cpu)
+        };
+        if avx512 {
+            TileShape::AVX512
+        } else {
+            TileShape::AVX2
         }
-        let _ = cpu;
-        TileShape::AVX512
     }
 
     /// Rows of `x` per tile of the product: every row at once up to
@@ -72,6 +78,36 @@ impl TileShape {
     fn row_tile(&self, rows: usize) -> usize {
         rows.min(self.max_row_tile)
     }
+}
+
+/// LLVM's x86 CPU names (as `--iree-llvmcpu-target-cpu` takes them) whose CPUs have AVX-512F.
+const AVX512_CPUS: &[&str] = &[
+    "knl",
+    "knm",
+    "skylake-avx512",
+    "skx",
+    "cascadelake",
+    "cooperlake",
+    "cannonlake",
+    "icelake-client",
+    "icelake-server",
+    "rocketlake",
+    "tigerlake",
+    "sapphirerapids",
+    "emeraldrapids",
+    "graniterapids",
+    "graniterapids-d",
+    "diamondrapids",
+    "znver4",
+    "znver5",
+    "x86-64-v4",
+];
+
+fn host_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
 }
 
 /// A weight `[n, k]` declared in tiles: `tiles` is `[⌈n/t⌉, k, t, 1]` ([`tiled_shape`]) in the
@@ -292,7 +328,39 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_cpu_keeps_the_avx512_shape() {
-        assert_eq!(TileShape::for_cpu("sapphirerapids"), TileShape::AVX512);
+    fn a_named_cpu_gets_the_shape_of_its_vector_registers() {
+        for cpu in ["sapphirerapids", "znver4", "skylake-avx512", "x86-64-v4"] {
+            assert_eq!(TileShape::for_cpu(cpu), TileShape::AVX512, "{cpu}");
+        }
+        // Client Skylake and Zen 3 stop at AVX2; `generic` and other architectures have 16
+        // or 32 narrower registers.
+        for cpu in [
+            "skylake",
+            "znver3",
+            "alderlake",
+            "x86-64-v3",
+            "generic",
+            "neoverse-v1",
+        ] {
+            assert_eq!(TileShape::for_cpu(cpu), TileShape::AVX2, "{cpu}");
+        }
+    }
+
+    #[test]
+    fn the_host_gets_the_shape_of_this_machine() {
+        // What the kernel reports, apart from the detection the rule uses.
+        let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else {
+            return;
+        };
+        let avx512 = cpuinfo
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "avx512f"));
+        let expected = if avx512 {
+            TileShape::AVX512
+        } else {
+            TileShape::AVX2
+        };
+        assert_eq!(TileShape::for_cpu("host"), expected);
     }
 }

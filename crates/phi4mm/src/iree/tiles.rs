@@ -56,7 +56,7 @@ impl TileShape {
 
     /// The shape for IREE's `--iree-llvmcpu-target-cpu`: AVX-512's where the target has
     /// AVX-512 (for `host`, this machine; for a CPU named for a cross compile, the LLVM names
-    /// in [`AVX512_CPUS`]), AVX2's everywhere else. AVX2's fits 16 registers of any width, so
+    /// in `AVX512_CPUS`), AVX2's everywhere else. AVX2's fits 16 registers of any width, so
     /// it is also the shape for older x86 and for CPUs of other architectures (unmeasured
     /// there; AVX-512's would need 16 accumulators of 512 bits per vector tile).
     pub fn for_cpu(cpu: &str) -> TileShape {

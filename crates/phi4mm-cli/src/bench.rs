@@ -151,6 +151,15 @@ fn best_s(reps: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// A deterministic prompt of `tokens` ordinary token ids: below the special ones past 199999,
+/// and within a small vocabulary (the fixture's) too.
+pub fn prompt_ids(tokens: usize, vocab_size: usize) -> Vec<u32> {
+    let ordinary = vocab_size.min(199_000) as u32;
+    (0..tokens as u32)
+        .map(|i| (i * 7919 + 13) % ordinary)
+        .collect()
+}
+
 /// Per-path figures of one round.
 #[derive(Clone, Copy)]
 struct PathFigures {
@@ -194,10 +203,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         )
     });
 
-    // A deterministic prompt of ordinary token ids.
-    let ids: Vec<u32> = (0..args.prompt_tokens as u32)
-        .map(|i| (i * 7919 + 13) % 199_000)
-        .collect();
+    let ids = prompt_ids(args.prompt_tokens, c.vocab_size);
     let steps = args.new_tokens.saturating_sub(1).max(1);
     // The first prefill also faults the mapped weights in; the timed ones find them resident,
     // as a serving process does.
@@ -252,9 +258,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     // Attention over the KV cache: the same decode after a long prompt; the extra time per step
     // is the attention over the extra positions (each step reads their f32 keys and values).
     let attention = if args.long_context > args.prompt_tokens {
-        let long_ids: Vec<u32> = (0..args.long_context as u32)
-            .map(|i| (i * 7919 + 13) % 199_000)
-            .collect();
+        let long_ids = prompt_ids(args.long_context, c.vocab_size);
         let (long_start, long_first, _) = model.install(|| prefill(&model, &long_ids));
         let short_s = model.install(|| decode(&model, &start, first, steps).0);
         let long_s = model.install(|| decode(&model, &long_start, long_first, steps).0);

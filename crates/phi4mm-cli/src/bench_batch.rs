@@ -270,11 +270,7 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     let ck = Checkpoint::open(&args.model)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let model = Arc::new(Phi4mm::load(&ck, args.threads));
-    // Ordinary token ids (below the special ones past 199999), within a small vocabulary too.
-    let ordinary = model.config.text.vocab_size.min(199_000) as u32;
-    let ids: Vec<u32> = (0..args.prompt_tokens as u32)
-        .map(|i| (i * 7919 + 13) % ordinary)
-        .collect();
+    let ids = crate::bench::prompt_ids(args.prompt_tokens, model.config.text.vocab_size);
     let prompt = model.decoder.embed(&ids);
     let host = HostBackend(model.clone());
     let (iree, modules) = if args.backend != Which::Host {

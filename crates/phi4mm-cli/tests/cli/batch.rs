@@ -54,19 +54,14 @@ fn run(batch: &str, backend: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("requests.json");
     std::fs::write(&file, serde_json::to_vec(&requests).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
-        .args(["batch", "--model"])
-        .arg(fixture().join("model"))
-        .arg("--requests")
-        .arg(&file)
-        .args(["--threads", "2"])
-        .args(backend)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+            .args(["batch", "--model"])
+            .arg(fixture().join("model"))
+            .arg("--requests")
+            .arg(&file)
+            .args(["--threads", "2"])
+            .args(backend),
     );
     let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()

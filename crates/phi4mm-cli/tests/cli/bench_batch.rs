@@ -9,22 +9,15 @@ use serde_json::Value;
 use switchyard_fixtures::*;
 
 fn bench_batch(extra: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
-        .args(["bench-batch", "--model"])
-        .arg(fixture().join("model"))
-        .args(["--rounds", "1", "--prompt-tokens", "8", "--new-tokens", "2"])
-        .args(["--threads", "2", "--bandwidth-bytes", "67108864"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "phi4mm bench-batch failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+            .args(["bench-batch", "--model"])
+            .arg(fixture().join("model"))
+            .args(["--rounds", "1", "--prompt-tokens", "8", "--new-tokens", "2"])
+            .args(["--threads", "2", "--bandwidth-bytes", "67108864"])
+            .args(extra),
     );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(stdout.lines().count(), 1, "one JSON line: {stdout}");
-    serde_json::from_str(stdout.trim()).unwrap()
+    crate::json_line(&out)
 }
 
 fn positive(v: &Value, what: &str) -> f64 {

@@ -13,19 +13,12 @@ fn case_ids(case: &str) -> String {
 }
 
 fn generate(args: &[&str]) -> (serde_json::Value, std::process::Output) {
-    let out = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
-        .arg("generate")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "phi4mm generate failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_phi4mm"))
+            .arg("generate")
+            .args(args),
     );
-    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
-    assert_eq!(stdout.lines().count(), 1, "one JSON line");
-    (serde_json::from_str(stdout.trim()).unwrap(), out)
+    (crate::json_line(&out), out)
 }
 
 fn want_tokens(case: &str) -> serde_json::Value {

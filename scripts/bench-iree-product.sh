@@ -2,16 +2,20 @@
 # One matrix product as the IREE decoder emits it (`crates/phi4mm/src/iree/tiles.rs`): y = x · wᵀ
 # with x [R, K] f32 packed into row tiles and w already in [⌈N/N0⌉, K, N0, 1] tiles, compiled
 # with the plugin's CPU flags and timed alone with iree-benchmark-module on splat inputs.
-# Prints GFLOP/s per shape and round, the shapes interleaved in each round.
+# Prints GFLOP/s per shape and round, the shapes interleaved in each round, then each one's
+# median over the rounds.
 #
-#   scripts/bench-iree-product.sh R N K WEIGHT_TYPE ROUNDS "M0xN0:VECTOR_ROWS:ROW_TILES ..."
+#   scripts/bench-iree-product.sh R N K WEIGHT_TYPE ROUNDS "M0xN0:VECTOR_ROWS[xVECTOR_COLS]:ROW_TILES[xWEIGHT_TILES] ..."
 #
 # WEIGHT_TYPE is bf16 (as stored) or f32. VECTOR_ROWS and ROW_TILES set the lowering config
-# that `workgroup_config` writes (row tiles per workgroup, rows per vector tile); 0:0 leaves
-# IREE's own. UKERNELS=1 adds the encoders' flags (IREE's data tiling and micro-kernels,
-# `IreeCompiler::for_many_rows`). THREADS (2) sets the worker count. Example, a prefill chunk's gate/up product in AVX2's shape:
+# that `workgroup_config` writes (rows per vector tile, row tiles per workgroup); 0:0 leaves
+# IREE's own. VECTOR_COLS (default N0) cuts a weight tile's columns into vector tiles of that
+# many; WEIGHT_TILES (default 2) sets the weight tiles per workgroup. UKERNELS=1 adds the
+# encoders' flags (IREE's data tiling and micro-kernels, `IreeCompiler::for_many_rows`).
+# THREADS (2) sets the worker count. Example, a prefill chunk's gate/up product in AVX2's
+# shapes, 8-row tiles in vector tiles of 4 (before 2026-12-06) against 6-row tiles:
 #
-#   scripts/bench-iree-product.sh 64 16384 3072 bf16 3 "8x16:4:8"
+#   scripts/bench-iree-product.sh 64 16384 3072 bf16 3 "8x16:4:8 6x16:6:11x1"
 set -euo pipefail
 R=$1 N=$2 K=$3 wt=$4 rounds=$5 specs=$6
 cd "$(dirname "$0")/.."
@@ -23,10 +27,12 @@ if ! [ -x "$venv/bin/iree-benchmark-module" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-emit() { # M0 N0 VM DIST
-    local m0=$(($1 < R ? $1 : R)) n0=$2 vm=$3 dist=$4
+emit() { # M0 N0 VM[xVN] DIST[xWT]
+    local m0=$(($1 < R ? $1 : R)) n0=$2 vm=${3%x*} vn=${3#*x} dist=${4%x*} wt_tiles=${4#*x}
+    [ "$vn" != "$3" ] || vn=$n0
+    [ "$wt_tiles" != "$4" ] || wt_tiles=2
     local m1=$(((R + m0 - 1) / m0)) n1=$(((N + n0 - 1) / n0)) cfg=""
-    [ "$dist" = 0 ] || cfg="{compilation_info = #iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<distribution = [$dist, 2, 0, 0, 0, 0], vector_common_parallel = [1, 1, 0, $vm, $n0, 0], vector_reduction = [0, 0, 1, 0, 0, 1]>, translation_info = #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<Mmt4dTilingExpert>>>}"
+    [ "$dist" = 0 ] || cfg="{compilation_info = #iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<distribution = [$dist, $wt_tiles, 0, 0, 0, 0], vector_common_parallel = [1, 1, 0, $vm, $vn, 0], vector_reduction = [0, 0, 1, 0, 0, 1]>, translation_info = #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<Mmt4dTilingExpert>>>}"
     cat <<MLIR
 func.func @prod(%x: tensor<${R}x${K}xf32>, %w: tensor<${n1}x${K}x${n0}x1x${wt}>) -> tensor<${R}x$((n1 * n0))xf32> {
   %z = arith.constant 0.0 : f32
@@ -64,6 +70,12 @@ for r in $(seq "$rounds"); do
             awk '/^BM_/ {print $2 $3; exit}')
         gflops=$(python3 -c "t='$time'; v=float(t.rstrip('mus')); v = v/1e3 if t.endswith('us') else v; print(round(2*$R*$N*$K/v/1e6))")
         line="$line $s=$time (${gflops} GFLOP/s)"
+        echo "$s $gflops" >>"$work/gflops"
     done
     echo "$line (load $(cut -d' ' -f1 /proc/loadavg))"
+done
+# One round here moves by ±15 % or more on a shared machine: the medians are what to compare.
+for s in $specs; do
+    echo "$s median $(awk -v s="$s" '$1 == s {print $2}' "$work/gflops" | sort -n |
+        awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}') GFLOP/s"
 done

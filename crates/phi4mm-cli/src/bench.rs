@@ -20,7 +20,7 @@ use switchyard_phi4mm::kernels::path::{self, KernelPath};
 use switchyard_phi4mm::model::{Phi4mm, SequenceState};
 
 use crate::bench_checkpoint::{to_bf16, SplitMix};
-use crate::bounds::{layer_linears, prefill_flops, read_bandwidth, DecodeBytes};
+use crate::bounds::{layer_linears, prefill_flops, DecodeBytes, MachineBounds};
 use switchyard_phi4mm::sampling::argmax;
 use switchyard_phi4mm::step::StepRow;
 
@@ -194,10 +194,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     } = DecodeBytes::of(&ck, c);
     let weight_bytes = linear_bytes + head_bytes;
 
-    let (bw, (peak, peak_path), (gemm_bf16, gemm_f32_1t), fork_join_s) = model.install(|| {
+    let (mut machine, (gemm_bf16, gemm_f32_1t), fork_join_s) = model.install(|| {
         (
-            read_bandwidth(args.bandwidth_bytes),
-            crate::peak::peak_gflops(),
+            MachineBounds::measure(args.bandwidth_bytes),
             gemm_gflops(64, 1024, 1024),
             fork_join_cost(),
         )
@@ -254,6 +253,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     path::force(None)?;
     let chosen = path::active();
+    model.install(|| machine.measure_again(args.bandwidth_bytes));
+    let (bw, peak) = (machine.read_bandwidth, machine.peak_gflops);
 
     // Attention over the KV cache: the same decode after a long prompt; the extra time per step
     // is the attention over the extra positions (each step reads their f32 keys and values).
@@ -300,7 +301,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     let main = best[paths.iter().position(|&p| p == chosen).unwrap_or(0)]
         .expect("every path ran at least one round");
-    let report = json!({
+    let mut report = json!({
         "machine": {"threads": model.threads(), "cpu": cpu_name(), "load_average": load_average()},
         "kernel_path": chosen.name(),
         "config": {"hidden": c.hidden_size, "intermediate": c.intermediate_size, "layers": c.num_layers,
@@ -314,7 +315,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "prefill_tokens_per_s": args.prompt_tokens as f64 / ttft,
         "prefill_gflops": prefill_flops / ttft / 1e9,
         "peak_gflops": peak,
-        "peak_vector_path": peak_path,
+        "peak_vector_path": machine.peak_vector_path,
         "prefill_fraction_of_peak": prefill_flops / ttft / 1e9 / peak,
         "decode_tokens_per_s": 1.0 / main.decode_s,
         "decode_ms_per_token": main.decode_s * 1e3,
@@ -330,6 +331,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "kv_bytes_per_position": c.num_layers * 2 * c.num_kv_heads * c.head_dim * 4,
         "tokens": tokens,
     });
+    machine.record_measurements(&mut report);
     println!("{report}");
     Ok(())
 }

@@ -176,9 +176,7 @@ fn run_batch<B: StepBackend>(
 /// What the figures are measured against, in the same run: the FMA peak bounds prefill, the
 /// read bandwidth over the weights one step reads bounds a batch-1 decode step.
 struct Bounds {
-    peak_gflops: f64,
-    peak_vector_path: &'static str,
-    read_bandwidth: f64,
+    machine: bounds::MachineBounds,
     /// Useful floating-point work of the prompt's prefill, per prompt token.
     prefill_flops_per_token: f64,
     decode_weight_bytes: usize,
@@ -187,16 +185,8 @@ struct Bounds {
 impl Bounds {
     fn measure(ck: &Checkpoint, model: &Phi4mm, args: &BenchBatchArgs) -> Bounds {
         let c = &model.config.text;
-        let (read_bandwidth, (peak_gflops, peak_vector_path)) = model.install(|| {
-            (
-                bounds::read_bandwidth(args.bandwidth_bytes),
-                crate::peak::peak_gflops(),
-            )
-        });
         Bounds {
-            peak_gflops,
-            peak_vector_path,
-            read_bandwidth,
+            machine: model.install(|| bounds::MachineBounds::measure(args.bandwidth_bytes)),
             prefill_flops_per_token: bounds::prefill_flops(ck, c, args.prompt_tokens)
                 / args.prompt_tokens as f64,
             decode_weight_bytes: bounds::DecodeBytes::of(ck, c).total(),
@@ -205,18 +195,20 @@ impl Bounds {
 
     /// Batch-1 decode tokens/s if every step only streamed its weights at the read bandwidth.
     fn decode_tok_s_bound(&self) -> f64 {
-        self.read_bandwidth / self.decode_weight_bytes as f64
+        self.machine.read_bandwidth / self.decode_weight_bytes as f64
     }
 
     fn json(&self) -> Value {
-        json!({
-            "peak_gflops": self.peak_gflops,
-            "peak_vector_path": self.peak_vector_path,
-            "read_bandwidth_gb_s": self.read_bandwidth / 1e9,
+        let mut j = json!({
+            "peak_gflops": self.machine.peak_gflops,
+            "peak_vector_path": self.machine.peak_vector_path,
+            "read_bandwidth_gb_s": self.machine.read_bandwidth / 1e9,
             "prefill_gflop_per_token": self.prefill_flops_per_token / 1e9,
             "decode_weight_bytes": self.decode_weight_bytes,
             "decode_batch1_bound_tokens_per_s": self.decode_tok_s_bound(),
-        })
+        });
+        self.machine.record_measurements(&mut j);
+        j
     }
 }
 
@@ -242,7 +234,7 @@ impl Figures {
         json!({
             "prefill_tokens_per_s": self.prefill_tok_s,
             "prefill_gflops": prefill_gflops,
-            "prefill_fraction_of_peak": prefill_gflops / bounds.peak_gflops,
+            "prefill_fraction_of_peak": prefill_gflops / bounds.machine.peak_gflops,
             "decode_tokens_per_s_batch1": self.b1,
             "decode_batch1_fraction_of_bandwidth_bound": self.b1 / bounds.decode_tok_s_bound(),
             "decode_tokens_per_s_batch8": self.b8,
@@ -279,8 +271,9 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     } else {
         (None, Value::Null)
     };
-    // Before the rounds, so the bounds' own load on the cores is over when they start.
-    let bounds = (!args.encoders_only).then(|| Bounds::measure(&ck, &model, &args));
+    // Before the rounds, so the bounds' own load on the cores is over when they start, and
+    // again after them (`MachineBounds`).
+    let mut bounds = (!args.encoders_only).then(|| Bounds::measure(&ck, &model, &args));
     let mut host_best = Figures::default();
     let mut iree_best = Figures::default();
     // Each round's mixed-vs-base extra time (the two batches ran back to back in that round):
@@ -302,6 +295,9 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
         if let Some(b) = &iree {
             iree_best.merge_best(iree_round(b, &prompt, &args));
         }
+    }
+    if let Some(b) = &mut bounds {
+        model.install(|| b.machine.measure_again(args.bandwidth_bytes));
     }
     // Encoders: a 30 s clip and a 1344×896 image, host and IREE.
     let (audio, image) = encoder_inputs()?;

@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use rayon::prelude::*;
+use serde_json::{json, Value};
 use switchyard_phi4mm::checkpoint::{Checkpoint, TextConfig};
 use switchyard_phi4mm::kernels::linear::Matrix;
 
@@ -28,6 +29,56 @@ pub fn read_bandwidth(bytes: usize) -> f64 {
         best = best.max(bytes as f64 / secs);
     }
     best
+}
+
+/// This machine's FMA peak and read bandwidth, measured before a benchmark's rounds and again
+/// after them; each bound is the higher of the two. A bound is what the machine can do, and a
+/// measurement can only come in low: on these shared 2-vCPU machines a neighbour that takes a
+/// core for the fraction of a second the peak test runs halves it (one run measured 103
+/// GFLOP/s against 202 in the runs beside it, and reported a prefill at 1.04 of its peak).
+/// Measured twice, a bound would have to be disturbed at both ends of the run. Each
+/// measurement is kept in the report, so a disturbed one shows.
+pub struct MachineBounds {
+    pub peak_gflops: f64,
+    pub peak_vector_path: &'static str,
+    /// Bytes/s.
+    pub read_bandwidth: f64,
+    peak_measured: Vec<f64>,
+    bandwidth_measured: Vec<f64>,
+}
+
+impl MachineBounds {
+    /// The first measurement; run it on the pool whose threads the benchmark uses.
+    pub fn measure(bandwidth_bytes: usize) -> MachineBounds {
+        let mut bounds = MachineBounds {
+            peak_gflops: 0.0,
+            peak_vector_path: "",
+            read_bandwidth: 0.0,
+            peak_measured: Vec::new(),
+            bandwidth_measured: Vec::new(),
+        };
+        bounds.measure_again(bandwidth_bytes);
+        bounds
+    }
+
+    /// One more measurement, on the same pool.
+    pub fn measure_again(&mut self, bandwidth_bytes: usize) {
+        let bandwidth = read_bandwidth(bandwidth_bytes);
+        let (peak, path) = crate::peak::peak_gflops();
+        self.peak_measured.push(peak);
+        self.bandwidth_measured.push(bandwidth);
+        self.peak_gflops = self.peak_gflops.max(peak);
+        self.read_bandwidth = self.read_bandwidth.max(bandwidth);
+        self.peak_vector_path = path;
+    }
+
+    /// Writes every measurement, in order, into the JSON object `report`:
+    /// `peak_gflops_measured` and `read_bandwidth_gb_s_measured`.
+    pub fn record_measurements(&self, report: &mut Value) {
+        let gb: Vec<f64> = self.bandwidth_measured.iter().map(|b| b / 1e9).collect();
+        report["peak_gflops_measured"] = json!(self.peak_measured);
+        report["read_bandwidth_gb_s_measured"] = json!(gb);
+    }
 }
 
 /// Floating-point operations of one prefill of `tokens` tokens, as the host does them: the

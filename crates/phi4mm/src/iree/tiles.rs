@@ -27,11 +27,17 @@ use super::mlir::{DType, Func, Products, TensorType, Value};
 pub struct TileShape {
     /// Weight rows per tile: the outputs one row of `x` accumulates at a time.
     pub weight_rows: usize,
-    /// The most rows of `x` the micro-kernel holds at once; more are cut into tiles of this many.
+    /// The most rows of `x` the micro-kernel holds at once: a decode step's whole batch, up to
+    /// this many, is one tile.
     pub max_row_tile: usize,
+    /// Rows of `x` per tile where several row tiles share a workgroup ([`workgroup_config`]: a
+    /// prefill chunk, a 64-row audio window), the last tile padded.
+    shared_row_tile: usize,
     /// Rows of `x` per vector tile where several row tiles share a workgroup
     /// ([`workgroup_config`]).
     vector_rows: usize,
+    /// Weight tiles per workgroup where several row tiles share one.
+    weight_tiles_per_workgroup: usize,
 }
 
 impl TileShape {
@@ -41,17 +47,31 @@ impl TileShape {
     pub const AVX512: TileShape = TileShape {
         weight_rows: 32,
         max_row_tile: 16,
+        shared_row_tile: 16,
         vector_rows: 8,
+        weight_tiles_per_workgroup: 2,
     };
 
     /// 16 ymm registers: with AVX-512's tiles, a vector tile of 8 rows × 32 outputs needs 32
-    /// accumulators and spills; 16 outputs in vector tiles of 4 rows hold 8 and leave room for
-    /// the weight's loads. On a Zen 3 EPYC, a 64-row prefill product 52–71 → 129–135 GFLOP/s,
-    /// a 384-row encoder product 82–100 → 101–118 (`docs/benchmarks.md`, "Tiles for AVX2").
+    /// accumulators and spills; 16 outputs hold 2 registers per row. On a Zen 3 EPYC, a 64-row
+    /// prefill product went 52–71 → 129–135 GFLOP/s with them (`docs/benchmarks.md`, "Tiles
+    /// for AVX2").
+    ///
+    /// A decode batch of up to 8 rows is one tile, and so is every 8 rows of an encoder's
+    /// larger window. A prefill chunk takes tiles of 6 rows, each its own vector tile: 12
+    /// accumulators, the weight's two widened registers and a broadcast fill 15 of the 16
+    /// registers, and each widened weight register serves 6 rows instead of 4; each workgroup
+    /// takes one weight tile against every row tile. Against 8-row tiles in vector tiles of 4
+    /// rows, two weight tiles per workgroup, IREE's prefill of the released decoder's layers
+    /// went from 165–174 to 203–209 tokens/s on a Zen 3 EPYC. The encoders' products alone
+    /// gained too in 6-row tiles, but the encoders end to end did not, so they keep 8
+    /// (`docs/benchmarks.md`, "Tiles of six rows for a prefill chunk on AVX2").
     pub const AVX2: TileShape = TileShape {
         weight_rows: 16,
         max_row_tile: 8,
-        vector_rows: 4,
+        shared_row_tile: 6,
+        vector_rows: 6,
+        weight_tiles_per_workgroup: 1,
     };
 
     /// The shape for IREE's `--iree-llvmcpu-target-cpu`: AVX-512's where the target has
@@ -73,10 +93,17 @@ impl TileShape {
     }
 
     /// Rows of `x` per tile of the product: every row at once up to
-    /// [`TileShape::max_row_tile`] (a decode step's batch), else tiles of that many (a prefill
-    /// chunk), the last padded.
+    /// [`TileShape::max_row_tile`] (a decode step's batch), tiles of `shared_row_tile` up to
+    /// [`SHARED_ROWS`] (a prefill chunk), else tiles of `max_row_tile` (an encoder's window),
+    /// the last padded.
     fn row_tile(&self, rows: usize) -> usize {
-        rows.min(self.max_row_tile)
+        if rows <= self.max_row_tile {
+            rows
+        } else if rows <= SHARED_ROWS {
+            self.shared_row_tile
+        } else {
+            self.max_row_tile
+        }
     }
 }
 
@@ -154,33 +181,36 @@ pub fn tile_rows<T: Copy + Default + Send + Sync>(
 /// chunk's, and a 64-row audio window's.
 const SHARED_ROWS: usize = 64;
 
-/// How a product of `m1` row tiles is cut among workgroups, where IREE's own choice is wrong.
+/// How a product of `rows` rows is cut among workgroups, where IREE's own choice is wrong.
 ///
 /// For a reduction of 2816 or more, IREE (3.13, llvm-cpu) gives each workgroup one row tile
-/// against one weight tile (`distribution = [1, 1]`), so a prefill chunk's four row tiles read
+/// against one weight tile (`distribution = [1, 1]`), so a prefill chunk's row tiles read
 /// every weight tile separately, and the released decoder's weights (20–100 MB per product) do
-/// not stay in cache between them: each was read from memory four times per chunk. One
-/// workgroup per two weight tiles and every row tile reads the weight once: 64-row products at
-/// the released dimensions went from 263–348 to 373–474 GFLOP/s (`docs/benchmarks.md`,
-/// "Prefill products read each weight once"). A decode step has one row tile, where other cuts
-/// changed nothing measurable, and products of more row tiles (the encoders' larger windows)
-/// did not gain either; they keep IREE's choice (`None`). A 64-row audio window is cut as a
-/// prefill chunk is.
-fn workgroup_config(m1: usize, shape: TileShape) -> Option<String> {
-    if !(2..=SHARED_ROWS / shape.max_row_tile).contains(&m1) {
+/// not stay in cache between them: each was read from memory once per row tile. One
+/// workgroup per weight tile or two and every row tile reads the weight once: 64-row products
+/// at the released dimensions went from 263–348 to 373–474 GFLOP/s on AVX-512
+/// (`docs/benchmarks.md`, "Prefill products read each weight once"). A decode step has one row
+/// tile, where other cuts changed nothing measurable, and products of more rows (the encoders'
+/// larger windows) did not gain either; they keep IREE's choice (`None`). A 64-row audio
+/// window is cut as a prefill chunk is.
+fn workgroup_config(rows: usize, shape: TileShape) -> Option<String> {
+    if rows <= shape.max_row_tile || rows > SHARED_ROWS {
         return None;
     }
-    // Several row tiles are full ones, of `max_row_tile` rows. With AVX-512's shape the vector
-    // tiles are IREE's own for these shapes (8 rows × 32 outputs); with AVX2's, IREE's would be
-    // the whole 8 × 16 tile, 16 accumulators in 16 registers.
+    // The vector tiles are named too: with AVX-512's shape they are IREE's own for these
+    // products (8 rows × 32 outputs), but with AVX2's IREE would take 8-row tiles whole, 16
+    // accumulators in 16 registers.
     let TileShape {
         weight_rows,
+        shared_row_tile,
         vector_rows,
+        weight_tiles_per_workgroup: per_workgroup,
         ..
     } = shape;
+    let m1 = rows.div_ceil(shared_row_tile);
     Some(format!(
         "{{compilation_info = #iree_codegen.compilation_info<\
-         lowering_config = #iree_cpu.lowering_config<distribution = [{m1}, 2, 0, 0, 0, 0], \
+         lowering_config = #iree_cpu.lowering_config<distribution = [{m1}, {per_workgroup}, 0, 0, 0, 0], \
          vector_common_parallel = [1, 1, 0, {vector_rows}, {weight_rows}, 0], \
          vector_reduction = [0, 0, 1, 0, 0, 1]>, \
          translation_info = #iree_codegen.translation_info<\
@@ -223,7 +253,7 @@ impl Func {
         let [empty_o, acc, prod] = [(); 3].map(|_| self.fresh(out_tiles.clone()));
         let [empty_y, y] = [(); 2].map(|_| self.fresh(out.clone()));
         let (z, w_tiles, w_ty) = (&zero.name, &w.tiles.name, &w.tiles.ty);
-        let config = workgroup_config(m1, shape).unwrap_or_default();
+        let config = workgroup_config(rows, shape).unwrap_or_default();
         for line in [
             format!("{z} = arith.constant 0.0 : f32"),
             format!("{} = tensor.empty() : {packed_x}", empty_x.name),
@@ -298,22 +328,41 @@ mod tests {
 
     #[test]
     fn only_a_few_row_tiles_share_a_workgroup() {
-        // A 64-row prefill chunk: 4 tiles of 16 rows on AVX-512, in vector tiles of 8 × 32; 8
-        // tiles of 8 rows on AVX2, in vector tiles of 4 × 16. One tile more shares nothing.
-        for (shape, chunk_tiles, vector) in [
-            (TileShape::AVX512, 4, "[1, 1, 0, 8, 32, 0]"),
-            (TileShape::AVX2, 8, "[1, 1, 0, 4, 16, 0]"),
+        // A 64-row prefill chunk: 4 tiles of 16 rows on AVX-512, in vector tiles of 8 × 32, two
+        // weight tiles per workgroup; 11 tiles of 6 rows on AVX2, each a vector tile, one
+        // weight tile per workgroup. A decode batch (one tile) and a larger window share
+        // nothing.
+        for (shape, chunk, vector) in [
+            (
+                TileShape::AVX512,
+                "[4, 2, 0, 0, 0, 0]",
+                "[1, 1, 0, 8, 32, 0]",
+            ),
+            (
+                TileShape::AVX2,
+                "[11, 1, 0, 0, 0, 0]",
+                "[1, 1, 0, 6, 16, 0]",
+            ),
         ] {
-            assert_eq!(workgroup_config(1, shape), None, "{shape:?}");
-            assert_eq!(workgroup_config(chunk_tiles + 1, shape), None, "{shape:?}");
-            let chunk = workgroup_config(chunk_tiles, shape).expect("a 64-row prefill chunk");
-            let distribution = format!("distribution = [{chunk_tiles}, 2, 0, 0, 0, 0]");
-            assert!(chunk.contains(&distribution), "{chunk}");
+            assert_eq!(
+                workgroup_config(shape.max_row_tile, shape),
+                None,
+                "{shape:?}"
+            );
+            assert_eq!(workgroup_config(65, shape), None, "{shape:?}");
+            let config = workgroup_config(64, shape).expect("a 64-row prefill chunk");
             assert!(
-                chunk.contains(&format!("vector_common_parallel = {vector}")),
-                "{chunk}"
+                config.contains(&format!("distribution = {chunk}")),
+                "{config}"
+            );
+            assert!(
+                config.contains(&format!("vector_common_parallel = {vector}")),
+                "{config}"
             );
         }
+        // The smallest product of two row tiles.
+        let two = workgroup_config(TileShape::AVX2.max_row_tile + 1, TileShape::AVX2);
+        assert!(two.expect("two row tiles").contains("distribution = [2, 1"));
     }
 
     #[test]
@@ -323,8 +372,14 @@ mod tests {
         assert_eq!(wide.row_tile(8), 8);
         assert_eq!(wide.row_tile(16), 16);
         assert_eq!(wide.row_tile(64), 16);
+        assert_eq!(wide.row_tile(384), 16);
+        // AVX2: a decode batch of 8 is one tile, a prefill chunk takes tiles of 6, and an
+        // encoder's larger window tiles of 8.
         assert_eq!(TileShape::AVX2.row_tile(8), 8);
-        assert_eq!(TileShape::AVX2.row_tile(64), 8);
+        assert_eq!(TileShape::AVX2.row_tile(9), 6);
+        assert_eq!(TileShape::AVX2.row_tile(64), 6);
+        assert_eq!(TileShape::AVX2.row_tile(65), 8);
+        assert_eq!(TileShape::AVX2.row_tile(384), 8);
     }
 
     #[test]

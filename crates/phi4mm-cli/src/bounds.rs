@@ -11,7 +11,7 @@ use switchyard_phi4mm::checkpoint::{Checkpoint, TextConfig};
 use switchyard_phi4mm::kernels::linear::Matrix;
 
 /// Best-of-3 multithreaded read bandwidth in bytes/s (sums a buffer far larger than the caches).
-pub fn read_bandwidth(bytes: usize) -> f64 {
+fn read_bandwidth(bytes: usize) -> f64 {
     let n = bytes / 8;
     let buf: Vec<u64> = (0..n as u64)
         .into_par_iter()

@@ -202,12 +202,12 @@ fn workgroup_config(rows: usize, shape: TileShape) -> Option<String> {
     // accumulators in 16 registers.
     let TileShape {
         weight_rows,
-        shared_row_tile,
         vector_rows,
         weight_tiles_per_workgroup: per_workgroup,
         ..
     } = shape;
-    let m1 = rows.div_ceil(shared_row_tile);
+    // The row tiles `linear_tiled` packs, by the one rule that sizes them.
+    let m1 = rows.div_ceil(shape.row_tile(rows));
     Some(format!(
         "{{compilation_info = #iree_codegen.compilation_info<\
          lowering_config = #iree_cpu.lowering_config<distribution = [{m1}, {per_workgroup}, 0, 0, 0, 0], \

@@ -1,11 +1,10 @@
 # Source this for what the test command builds with: it sets up the IREE toolchain, the CUDA
-# headers and the MLX build (idempotent), routes the C++ libraries that build scripts compile
-# through ccache where it is installed, and sets `test_features`, the cargo arguments of the
+# headers and the MLX build (idempotent), and sets `test_features`, the cargo arguments of the
 # test build: the `iree` (with its `cuda` driver) and `mlx` features of switchyard-phi4mm,
 # switchyard-phi4mm-cli and switchyard-integration-tests. CI's clippy and doc passes take the
-# same arguments: the same features mean one build of each dependency for every pass.
+# same arguments: the same features mean one run of each build script (IREE's runtime and mlx-c
+# through CMake) for every pass.
 _tf_here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-. "$_tf_here/ccache-env.sh"
 . "$_tf_here/iree-env.sh"
 . "$_tf_here/iree-cuda-env.sh"
 . "$_tf_here/mlx-env.sh"

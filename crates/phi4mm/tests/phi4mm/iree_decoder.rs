@@ -190,9 +190,9 @@ fn a_decode_step_updates_the_callers_cache_buffers_in_place() {
 
 /// Both fixture `mixed_batches` on the suite's device, for each way a compile target has the
 /// decoder write its products (`Products`: the CPU's weights in tiles, in either register
-/// shape, and CUDA's matrix-vector products, with weight-major products for a prefill chunk,
-/// which run here on the CPU too, so CI checks their math): all rows prefilled in one step, then decoded together, one
-/// token per row per step, each with its own adapter. First-step logits within the fixture tolerance of the reference,
+/// shape, and CUDA's matrix-vector products, weight-major for a prefill chunk, which run here on
+/// the CPU too, so CI checks their math): all rows prefilled in one step, then decoded
+/// together, one token per row per step, each with its own adapter. First-step logits within the fixture tolerance of the reference,
 /// the 8 greedy tokens of every row exact. Besides the two batches as the fixture has them
 /// (each with a text, a speech and a vision row), pairs of their rows: one adapter beside a text
 /// row (the functions with both adapters, masked per row), and two text rows (the functions
@@ -212,8 +212,8 @@ fn both_mixed_batches_in_every_product_form() {
     let manifest = manifest();
     // Every form with the decode batch sizes the decoder compiles; rows short of the fixture's
     // LongRoPE cases, so a small context keeps the three compiles short.
-    // `RowMajor` and `WeightMajor` alone no target chooses for the decoder (each decoder
-    // compile is most of this test's time).
+    // No target chooses `RowMajor` or `WeightMajor` alone for the decoder, and each form's
+    // compile is most of this test's time, so they are left out.
     let forms = [
         Products::Tiles(TileShape::AVX512),
         Products::Tiles(TileShape::AVX2),

@@ -37,10 +37,13 @@ mkdir -p "$work/bench" "$work/vm"
 
 # real_time of one benchmark, in µs. The plugin's allocator puts large blocks in transparent huge
 # pages (crates/phi4mm/src/huge_pages.rs); glibc's tunable does the same for the benchmark tool,
-# without which a dispatch's timing includes faulting its buffers in, 4 KiB at a time.
+# without which a dispatch's timing includes faulting its buffers in, 4 KiB at a time. The
+# warm-up keeps the first calls, which fault their buffers in even so, out of the figure: with
+# none, a dispatch that writes 250 MB measured 490–560 ms in its one timed call, against 63–65
+# ms per call once warm (2026-12-06).
 time_us() {
     GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$bench_tool" --device=local-task --task_topology_max_group_count="$threads" \
-        --benchmark_min_time=0.2 "$@" 2>&1 |
+        --benchmark_min_warmup_time=1 --benchmark_min_time=0.5 "$@" 2>&1 |
         awk '/^BM_/ { v = $2; u = $3; if (u == "ms") v *= 1000; else if (u == "s") v *= 1e6; print v; exit }'
 }
 

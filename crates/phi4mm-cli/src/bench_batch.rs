@@ -3,10 +3,14 @@
 //! one run so the ratios are comparable on a noisy machine:
 //! - prefill tokens/s of one prompt;
 //! - decode tokens/s at batch 1 and batch 8 (all rows base);
-//! - a mixed-adapter batch of 8 (base, speech, vision rows) against the base-only batch of 8.
+//! - a mixed-adapter batch of 8 (base, speech, vision rows) against the base-only batch of 8;
+//! - the encoders' time on a 30 s clip and on a 1344×896 image.
 //!
-//! Every figure is the best of `--rounds` rounds; the configurations alternate inside each round
-//! so a burst of load from another process hits all of them alike.
+//! Every figure is the best of `--rounds` rounds; the configurations and the backends alternate
+//! inside each round so a burst of load from another process hits all of them alike. Each ratio
+//! of the backends is also given as the median of the rounds' own ratios
+//! (`iree_over_host_median_of_rounds`), which a drift of the machine's speed between rounds moves
+//! less than it moves the best of each.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -96,7 +100,6 @@ pub fn encoder_inputs() -> Result<(AudioInput, ImageInput)> {
     Ok((audio, image))
 }
 
-/// Best wall time of `rounds` runs of `f`, in milliseconds.
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -106,14 +109,52 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-pub fn best_ms(rounds: usize, mut f: impl FnMut()) -> f64 {
-    (0..rounds.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .fold(f64::INFINITY, f64::min)
+/// The median over rounds of `numerator[i] / denominator[i]`, or null without rounds.
+fn median_ratio(numerator: &[f64], denominator: &[f64]) -> Value {
+    let mut r: Vec<f64> = numerator
+        .iter()
+        .zip(denominator)
+        .map(|(n, d)| n / d)
+        .collect();
+    if r.is_empty() {
+        Value::Null
+    } else {
+        json!(median(&mut r))
+    }
+}
+
+/// Wall time of one call of `f`, in milliseconds.
+fn time_ms(f: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// The encoders' wall times, one per round, in milliseconds.
+#[derive(Default)]
+struct EncoderTimes {
+    host_audio: Vec<f64>,
+    iree_audio: Vec<f64>,
+    host_vision: Vec<f64>,
+    iree_vision: Vec<f64>,
+}
+
+impl EncoderTimes {
+    /// Each timing as its best round (`host_audio_30s_ms`, ...) and as every round
+    /// (`..._rounds`); nothing for a backend that did not run.
+    fn record(&self, encoders: &mut Value) {
+        for (key, times) in [
+            ("host_audio_30s_ms", &self.host_audio),
+            ("iree_audio_30s_ms", &self.iree_audio),
+            ("host_vision_1344x896_ms", &self.host_vision),
+            ("iree_vision_1344x896_ms", &self.iree_vision),
+        ] {
+            if !times.is_empty() {
+                encoders[key] = json!(times.iter().copied().fold(f64::INFINITY, f64::min));
+                encoders[format!("{key}_rounds")] = json!(times);
+            }
+        }
+    }
 }
 
 /// The mixed batch: base, speech and vision rows interleaved.
@@ -276,6 +317,11 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     let mut bounds = (!args.encoders_only).then(|| Bounds::measure(&ck, &model, &args));
     let mut host_best = Figures::default();
     let mut iree_best = Figures::default();
+    // Every round's figures, for the median of the per-round ratios: the backends ran back to
+    // back in each round, so a burst of load falls on both, where the best of each backend's
+    // rounds may come from different minutes.
+    let mut host_rounds = Vec::new();
+    let mut iree_rounds = Vec::new();
     // Each round's mixed-vs-base extra time (the two batches ran back to back in that round):
     // their median is the figure the target is about, steadier than best-of on a noisy
     // machine.
@@ -291,16 +337,46 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
                 model.install(|| one_round(&host, &prompt, args.prompt_tokens, args.new_tokens));
             host_mixed_extra.push(f.b8 / f.b8_mixed - 1.0);
             host_best.merge_best(f);
+            host_rounds.push(f);
         }
         if let Some(b) = &iree {
-            iree_best.merge_best(iree_round(b, &prompt, &args));
+            let f = iree_round(b, &prompt, &args);
+            iree_best.merge_best(f);
+            iree_rounds.push(f);
         }
     }
     if let Some(b) = &mut bounds {
         model.install(|| b.machine.measure_again(args.bandwidth_bytes));
     }
-    // Encoders: a 30 s clip and a 1344×896 image, host and IREE.
+    // Encoders: a 30 s clip and a 1344×896 image. Host and IREE alternate inside each round, as
+    // the decoder's rounds do.
     let (audio, image) = encoder_inputs()?;
+    if let Some(b) = &iree {
+        iree_encoders_first_call(b, &audio, &image)?;
+    }
+    let mut times = EncoderTimes::default();
+    for _ in 0..args.rounds.max(1) {
+        if args.backend != Which::Iree {
+            times.host_audio.push(time_ms(|| {
+                model.install(|| {
+                    model
+                        .audio
+                        .encode(&audio.features, audio.frames, AudioBranch::Speech)
+                });
+            }));
+        }
+        if let Some(b) = &iree {
+            times.iree_audio.push(iree_audio_ms(b, &audio));
+        }
+        if args.backend != Which::Iree {
+            times.host_vision.push(time_ms(|| {
+                model.install(|| model.vision.encode(&image));
+            }));
+        }
+        if let Some(b) = &iree {
+            times.iree_vision.push(iree_vision_ms(b, &image));
+        }
+    }
     let mut encoders = json!({
         "audio_frames": audio.frames, "image_crops": image.crops,
         "audio_hidden": model.config.audio.hidden_size,
@@ -308,23 +384,7 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
         "vision_hidden": model.config.vision.hidden_size,
         "vision_layers_run": model.config.vision.layers_used(),
     });
-    if args.backend != Which::Iree {
-        encoders["host_audio_30s_ms"] = json!(best_ms(args.rounds, || {
-            model.install(|| {
-                model
-                    .audio
-                    .encode(&audio.features, audio.frames, AudioBranch::Speech)
-            });
-        }));
-        encoders["host_vision_1344x896_ms"] = json!(best_ms(args.rounds, || {
-            model.install(|| model.vision.encode(&image));
-        }));
-    }
-    if let Some(b) = &iree {
-        let (a, v) = iree_encoders(b, &audio, &image, args.rounds)?;
-        encoders["iree_audio_30s_ms"] = json!(a);
-        encoders["iree_vision_1344x896_ms"] = json!(v);
-    }
+    times.record(&mut encoders);
     let c = &model.config.text;
     let mut report = json!({
         "machine": {"cpu": crate::bench::cpu_name(), "host_threads": model.threads(),
@@ -361,12 +421,27 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
                     "iree_vision_1344x896_ms",
                 ),
             });
+            // The same ratios as the median of each round's: the steadier figure where the
+            // machine's speed drifts between rounds.
+            let mut of_rounds = json!({
+                "audio_30s": median_ratio(&times.host_audio, &times.iree_audio),
+                "vision_1344x896": median_ratio(&times.host_vision, &times.iree_vision),
+            });
             if !args.encoders_only {
                 ratios["prefill"] = json!(iree_best.prefill_tok_s / host_best.prefill_tok_s);
                 ratios["decode_batch1"] = json!(iree_best.b1 / host_best.b1);
                 ratios["decode_batch8"] = json!(iree_best.b8 / host_best.b8);
+                let rate = |f: fn(&Figures) -> f64| {
+                    let host: Vec<f64> = host_rounds.iter().map(f).collect();
+                    let iree: Vec<f64> = iree_rounds.iter().map(f).collect();
+                    median_ratio(&iree, &host)
+                };
+                of_rounds["prefill"] = rate(|f| f.prefill_tok_s);
+                of_rounds["decode_batch1"] = rate(|f| f.b1);
+                of_rounds["decode_batch8"] = rate(|f| f.b8);
             }
             report["iree_over_host"] = ratios;
+            report["iree_over_host_median_of_rounds"] = of_rounds;
         }
     }
     println!("{report}");
@@ -437,30 +512,47 @@ fn iree_round(_: &IreeBench, _: &[f32], _: &BenchBatchArgs) -> Figures {
     unreachable!("load_iree fails without the feature")
 }
 
+/// Runs each IREE encoder once, untimed: its first call loads the module's functions.
 #[cfg(feature = "iree")]
-fn iree_encoders(
-    b: &IreeBench,
-    audio: &AudioInput,
-    image: &ImageInput,
-    rounds: usize,
-) -> Result<(f64, f64)> {
+fn iree_encoders_first_call(b: &IreeBench, audio: &AudioInput, image: &ImageInput) -> Result<()> {
     let e = b.encoders();
     e.audio
         .encode(&audio.features, audio.frames, AudioBranch::Speech)?;
     e.vision.encode(image)?;
-    Ok((
-        best_ms(rounds, || {
-            e.audio
-                .encode(&audio.features, audio.frames, AudioBranch::Speech)
-                .expect("IREE audio encoder");
-        }),
-        best_ms(rounds, || {
-            e.vision.encode(image).expect("IREE vision tower");
-        }),
-    ))
+    Ok(())
+}
+
+#[cfg(feature = "iree")]
+fn iree_audio_ms(b: &IreeBench, audio: &AudioInput) -> f64 {
+    time_ms(|| {
+        b.encoders()
+            .audio
+            .encode(&audio.features, audio.frames, AudioBranch::Speech)
+            .expect("IREE audio encoder");
+    })
+}
+
+#[cfg(feature = "iree")]
+fn iree_vision_ms(b: &IreeBench, image: &ImageInput) -> f64 {
+    time_ms(|| {
+        b.encoders()
+            .vision
+            .encode(image)
+            .expect("IREE vision tower");
+    })
 }
 
 #[cfg(not(feature = "iree"))]
-fn iree_encoders(_: &IreeBench, _: &AudioInput, _: &ImageInput, _: usize) -> Result<(f64, f64)> {
+fn iree_encoders_first_call(_: &IreeBench, _: &AudioInput, _: &ImageInput) -> Result<()> {
+    unreachable!("load_iree fails without the feature")
+}
+
+#[cfg(not(feature = "iree"))]
+fn iree_audio_ms(_: &IreeBench, _: &AudioInput) -> f64 {
+    unreachable!("load_iree fails without the feature")
+}
+
+#[cfg(not(feature = "iree"))]
+fn iree_vision_ms(_: &IreeBench, _: &ImageInput) -> f64 {
     unreachable!("load_iree fails without the feature")
 }

@@ -87,7 +87,29 @@ fn bench_batch_reports_figures_against_its_bounds() {
     check_figures(&r, "host");
     positive(&r["encoders"]["host_audio_30s_ms"], "host audio");
     positive(&r["encoders"]["host_vision_1344x896_ms"], "host vision");
+    check_encoder_rounds(&r, "host");
     assert!(r.get("iree_over_host").is_none(), "host only: {r}");
+    assert!(
+        r.get("iree_over_host_median_of_rounds").is_none(),
+        "host only: {r}"
+    );
+}
+
+/// Each encoder timing of `backend` lists one time per round, and its best is their least.
+fn check_encoder_rounds(r: &Value, backend: &str) {
+    for encoder in ["audio_30s", "vision_1344x896"] {
+        let key = format!("{backend}_{encoder}_ms");
+        let rounds: Vec<f64> = r["encoders"][format!("{key}_rounds")]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key}_rounds: {r}"))
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(rounds.len() as u64, r["rounds"].as_u64().unwrap(), "{key}");
+        assert!(rounds.iter().all(|&t| t > 0.0), "{key}: {rounds:?}");
+        let best = rounds.iter().copied().fold(f64::INFINITY, f64::min);
+        assert_eq!(r["encoders"][&key].as_f64(), Some(best), "{key}");
+    }
 }
 
 /// Both backends side by side, on the artifact cache the other IREE tests share (same decoder
@@ -115,7 +137,10 @@ fn bench_batch_both_backends_report_every_ratio() {
         "vision_1344x896",
     ] {
         positive(&r["iree_over_host"][key], key);
+        positive(&r["iree_over_host_median_of_rounds"][key], key);
     }
+    check_encoder_rounds(&r, "host");
+    check_encoder_rounds(&r, "iree");
     let warm = r["iree_modules"]["warm"].as_array().unwrap();
     assert!(!warm.is_empty());
     for m in warm {

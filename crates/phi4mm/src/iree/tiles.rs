@@ -38,6 +38,12 @@ pub struct TileShape {
     vector_rows: usize,
     /// Weight tiles per workgroup where several row tiles share one.
     weight_tiles_per_workgroup: usize,
+    /// Rows of `x` per tile in products of more than [`SHARED_ROWS`] rows (an encoder's
+    /// window).
+    window_row_tile: usize,
+    /// Row tiles per workgroup in those products, each a vector tile; `None` leaves the cut,
+    /// and the vector tiles, to IREE.
+    window_row_tiles_per_workgroup: Option<usize>,
 }
 
 impl TileShape {
@@ -50,6 +56,8 @@ impl TileShape {
         shared_row_tile: 16,
         vector_rows: 8,
         weight_tiles_per_workgroup: 2,
+        window_row_tile: 16,
+        window_row_tiles_per_workgroup: None,
     };
 
     /// 16 ymm registers: with AVX-512's tiles, a vector tile of 8 rows × 32 outputs needs 32
@@ -57,21 +65,26 @@ impl TileShape {
     /// prefill product went 52–71 → 129–135 GFLOP/s with them (`docs/benchmarks.md`, "Tiles
     /// for AVX2").
     ///
-    /// A decode batch of up to 8 rows is one tile, and so is every 8 rows of an encoder's
-    /// larger window. A prefill chunk takes tiles of 6 rows, each its own vector tile: 12
-    /// accumulators, the weight's two widened registers and a broadcast fill 15 of the 16
-    /// registers, and each widened weight register serves 6 rows instead of 4; each workgroup
-    /// takes one weight tile against every row tile. Against 8-row tiles in vector tiles of 4
-    /// rows, two weight tiles per workgroup, IREE's prefill of the released decoder's layers
-    /// went from 165–174 to 203–209 tokens/s on a Zen 3 EPYC. The encoders' products alone
-    /// gained too in 6-row tiles, but the encoders end to end did not, so they keep 8
+    /// A decode batch of up to 8 rows is one tile. A prefill chunk takes tiles of 6 rows, each
+    /// its own vector tile: 12 accumulators, the weight's two widened registers and a
+    /// broadcast fill 15 of the 16 registers, and each widened weight register serves 6 rows
+    /// instead of 4; each workgroup takes one weight tile against every row tile. Against
+    /// 8-row tiles in vector tiles of 4 rows, two weight tiles per workgroup, IREE's prefill
+    /// of the released decoder's layers went from 165–174 to 203–209 tokens/s on a Zen 3 EPYC
     /// (`docs/benchmarks.md`, "Tiles of six rows for a prefill chunk on AVX2").
+    ///
+    /// An encoder's larger window takes 6-row tiles too, 16 of them per workgroup against one
+    /// weight tile. IREE's own cut (8-row tiles whole) made the real audio encoder's 384-row
+    /// window 1.09× slower, in the median of five alternating rounds (`docs/benchmarks.md`,
+    /// "Tiles of six rows in the encoders' windows on AVX2").
     pub const AVX2: TileShape = TileShape {
         weight_rows: 16,
         max_row_tile: 8,
         shared_row_tile: 6,
         vector_rows: 6,
         weight_tiles_per_workgroup: 1,
+        window_row_tile: 6,
+        window_row_tiles_per_workgroup: Some(16),
     };
 
     /// The shape for IREE's `--iree-llvmcpu-target-cpu`: AVX-512's where the target has
@@ -94,15 +107,15 @@ impl TileShape {
 
     /// Rows of `x` per tile of the product: every row at once up to
     /// [`TileShape::max_row_tile`] (a decode step's batch), tiles of `shared_row_tile` up to
-    /// [`SHARED_ROWS`] (a prefill chunk), else tiles of `max_row_tile` (an encoder's window),
-    /// the last padded.
+    /// [`SHARED_ROWS`] (a prefill chunk), else tiles of `window_row_tile` (an encoder's
+    /// window), the last padded.
     fn row_tile(&self, rows: usize) -> usize {
         if rows <= self.max_row_tile {
             rows
         } else if rows <= SHARED_ROWS {
             self.shared_row_tile
         } else {
-            self.max_row_tile
+            self.window_row_tile
         }
     }
 }
@@ -190,13 +203,21 @@ const SHARED_ROWS: usize = 64;
 /// workgroup per weight tile or two and every row tile reads the weight once: 64-row products
 /// at the released dimensions went from 263–348 to 373–474 GFLOP/s on AVX-512
 /// (`docs/benchmarks.md`, "Prefill products read each weight once"). A decode step has one row
-/// tile, where other cuts changed nothing measurable, and products of more rows (the encoders'
-/// larger windows) did not gain either; they keep IREE's choice (`None`). A 64-row audio
-/// window is cut as a prefill chunk is.
+/// tile, where other cuts changed nothing measurable. A 64-row audio window is cut as a
+/// prefill chunk is. Products of more rows (the encoders' larger windows) take
+/// `window_row_tiles_per_workgroup` row tiles per workgroup where the shape names a number,
+/// else IREE's choice (`None`).
 fn workgroup_config(rows: usize, shape: TileShape) -> Option<String> {
-    if rows <= shape.max_row_tile || rows > SHARED_ROWS {
+    if rows <= shape.max_row_tile {
         return None;
     }
+    // The row tiles `linear_tiled` packs, by the one rule that sizes them.
+    let row_tiles = rows.div_ceil(shape.row_tile(rows));
+    let m1 = if rows <= SHARED_ROWS {
+        row_tiles
+    } else {
+        row_tiles.min(shape.window_row_tiles_per_workgroup?)
+    };
     // The vector tiles are named too: with AVX-512's shape they are IREE's own for these
     // products (8 rows × 32 outputs), but with AVX2's IREE would take 8-row tiles whole, 16
     // accumulators in 16 registers.
@@ -206,8 +227,6 @@ fn workgroup_config(rows: usize, shape: TileShape) -> Option<String> {
         weight_tiles_per_workgroup: per_workgroup,
         ..
     } = shape;
-    // The row tiles `linear_tiled` packs, by the one rule that sizes them.
-    let m1 = rows.div_ceil(shape.row_tile(rows));
     Some(format!(
         "{{compilation_info = #iree_codegen.compilation_info<\
          lowering_config = #iree_cpu.lowering_config<distribution = [{m1}, {per_workgroup}, 0, 0, 0, 0], \
@@ -330,8 +349,8 @@ mod tests {
     fn only_a_few_row_tiles_share_a_workgroup() {
         // A 64-row prefill chunk: 4 tiles of 16 rows on AVX-512, in vector tiles of 8 × 32, two
         // weight tiles per workgroup; 11 tiles of 6 rows on AVX2, each a vector tile, one
-        // weight tile per workgroup. A decode batch (one tile) and a larger window share
-        // nothing.
+        // weight tile per workgroup. A decode batch (one tile) shares nothing; a larger window
+        // is left to IREE on AVX-512 (below for AVX2).
         for (shape, chunk, vector) in [
             (
                 TileShape::AVX512,
@@ -349,7 +368,6 @@ mod tests {
                 None,
                 "{shape:?}"
             );
-            assert_eq!(workgroup_config(65, shape), None, "{shape:?}");
             let config = workgroup_config(64, shape).expect("a 64-row prefill chunk");
             assert!(
                 config.contains(&format!("distribution = {chunk}")),
@@ -363,6 +381,21 @@ mod tests {
         // The smallest product of two row tiles.
         let two = workgroup_config(TileShape::AVX2.max_row_tile + 1, TileShape::AVX2);
         assert!(two.expect("two row tiles").contains("distribution = [2, 1"));
+        // An encoder's window: IREE's cut on AVX-512; on AVX2, 16 tiles of 6 rows per
+        // workgroup (fewer where the window has fewer), each a vector tile.
+        assert_eq!(workgroup_config(65, TileShape::AVX512), None);
+        assert_eq!(workgroup_config(384, TileShape::AVX512), None);
+        for (rows, tiles) in [(65, 11), (384, 16), (500, 16)] {
+            let config = workgroup_config(rows, TileShape::AVX2).expect("an AVX2 window");
+            assert!(
+                config.contains(&format!("distribution = [{tiles}, 1, 0, 0, 0, 0]")),
+                "{rows}: {config}"
+            );
+            assert!(
+                config.contains("vector_common_parallel = [1, 1, 0, 6, 16, 0]"),
+                "{rows}: {config}"
+            );
+        }
     }
 
     #[test]
@@ -373,13 +406,13 @@ mod tests {
         assert_eq!(wide.row_tile(16), 16);
         assert_eq!(wide.row_tile(64), 16);
         assert_eq!(wide.row_tile(384), 16);
-        // AVX2: a decode batch of 8 is one tile, a prefill chunk takes tiles of 6, and an
-        // encoder's larger window tiles of 8.
+        // AVX2: a decode batch of 8 is one tile; a prefill chunk and an encoder's larger window
+        // take tiles of 6.
         assert_eq!(TileShape::AVX2.row_tile(8), 8);
         assert_eq!(TileShape::AVX2.row_tile(9), 6);
         assert_eq!(TileShape::AVX2.row_tile(64), 6);
-        assert_eq!(TileShape::AVX2.row_tile(65), 8);
-        assert_eq!(TileShape::AVX2.row_tile(384), 8);
+        assert_eq!(TileShape::AVX2.row_tile(65), 6);
+        assert_eq!(TileShape::AVX2.row_tile(384), 6);
     }
 
     #[test]

@@ -263,11 +263,14 @@ struct Figures {
 }
 
 impl Figures {
-    fn merge_best(&mut self, o: Figures) {
-        self.prefill_tok_s = self.prefill_tok_s.max(o.prefill_tok_s);
-        self.b1 = self.b1.max(o.b1);
-        self.b8 = self.b8.max(o.b8);
-        self.b8_mixed = self.b8_mixed.max(o.b8_mixed);
+    /// Each figure's best over `rounds` (zero without rounds).
+    fn best_of(rounds: &[Figures]) -> Figures {
+        rounds.iter().fold(Figures::default(), |b, o| Figures {
+            prefill_tok_s: b.prefill_tok_s.max(o.prefill_tok_s),
+            b1: b.b1.max(o.b1),
+            b8: b.b8.max(o.b8),
+            b8_mixed: b.b8_mixed.max(o.b8_mixed),
+        })
     }
 
     fn json(&self, bounds: &Bounds) -> Value {
@@ -315,11 +318,9 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     // Before the rounds, so the bounds' own load on the cores is over when they start, and
     // again after them (`MachineBounds`).
     let mut bounds = (!args.encoders_only).then(|| Bounds::measure(&ck, &model, &args));
-    let mut host_best = Figures::default();
-    let mut iree_best = Figures::default();
-    // Every round's figures, for the median of the per-round ratios: the backends ran back to
-    // back in each round, so a burst of load falls on both, where the best of each backend's
-    // rounds may come from different minutes.
+    // Every round's figures: their best, and the median of the per-round ratios (the backends
+    // ran back to back in each round, so a burst of load falls on both, where the best of each
+    // backend's rounds may come from different minutes).
     let mut host_rounds = Vec::new();
     let mut iree_rounds = Vec::new();
     // Each round's mixed-vs-base extra time (the two batches ran back to back in that round):
@@ -336,15 +337,14 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
             let f =
                 model.install(|| one_round(&host, &prompt, args.prompt_tokens, args.new_tokens));
             host_mixed_extra.push(f.b8 / f.b8_mixed - 1.0);
-            host_best.merge_best(f);
             host_rounds.push(f);
         }
         if let Some(b) = &iree {
-            let f = iree_round(b, &prompt, &args);
-            iree_best.merge_best(f);
-            iree_rounds.push(f);
+            iree_rounds.push(iree_round(b, &prompt, &args));
         }
     }
+    let host_best = Figures::best_of(&host_rounds);
+    let iree_best = Figures::best_of(&iree_rounds);
     if let Some(b) = &mut bounds {
         model.install(|| b.machine.measure_again(args.bandwidth_bytes));
     }

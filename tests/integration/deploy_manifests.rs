@@ -262,6 +262,19 @@ fn with_built_plugins(text: &str) -> toml::Table {
     config
 }
 
+/// Points the server's IREE artifact cache (`$XDG_CACHE_HOME/switchyard/iree`, the test server's
+/// `XDG_CACHE_HOME` being `<dir>/cache`) at the one the plugin's IREE tests fill, as pods share a
+/// persistent cache claim: the ConfigMap's decoder shape (the checkpoint's whole context) is
+/// theirs, so a test run compiles it once. Compiling it privately, on a cold cache, took this
+/// test past the server's start timeout on a loaded 2-core CI machine.
+fn share_the_iree_cache(dir: &Path) {
+    let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    std::fs::create_dir_all(&shared).unwrap();
+    let link = dir.join("cache/switchyard/iree");
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&shared, &link).unwrap();
+}
+
 /// The ConfigMap's TOML with all its container paths replaced: the built plugins, the fixture
 /// checkpoint, and a private cache.
 fn config_for_this_machine(text: &str, cache: &Path) -> String {
@@ -282,9 +295,24 @@ async fn the_probes_the_deployment_names_answer_on_the_configmaps_server() {
     let (_, text) = configmap_config(&m);
     let dir = TempDir::new("manifest-server");
     let config = config_for_this_machine(&text, &dir.path().join("cache"));
+    share_the_iree_cache(dir.path());
     // The test picks free loopback ports (`--listen`): the manifest's own port may be taken on
     // a shared machine; that it equals the container port is checked above.
     let server = Server::start_in(dir, &config).await;
+    // What an operator watching the pod start reads: the instance being created, each module
+    // the IREE backend compiles (when the cache lacks it) and how long it took, then ready.
+    let log = server.log();
+    for line in ["creating instance", "instance ready"] {
+        assert!(log.contains(line), "{line:?} missing from the log:\n{log}");
+    }
+    #[cfg(feature = "iree")]
+    assert!(log.contains("on the iree backend"), "{log}");
+    for compiling in log.split('\n').filter_map(|l| l.split("compiling ").nth(1)) {
+        if let Some((entry, _)) = compiling.split_once(": not in the artifact cache") {
+            let done = format!("compiled {entry} in ");
+            assert!(log.contains(&done), "no {done:?} in the log:\n{log}");
+        }
+    }
     let container = &m["Deployment"]["spec"]["template"]["spec"]["containers"][0];
     for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
         let path = container[probe]["httpGet"]["path"].as_str().unwrap();

@@ -124,8 +124,9 @@ async fn a_client_that_disconnects_mid_stream_frees_its_slot() {
 #[cfg(feature = "iree")]
 #[tokio::test]
 async fn the_iree_backend_answers_like_the_host_backend() {
-    // The artifact cache the plugin's own IREE tests fill, and the same decoder shape, so the
-    // modules are compiled once per test run.
+    // The artifact cache the plugin's own IREE tests fill, and the same decoder shape as theirs
+    // (the checkpoint's whole context, no `iree.context`), so the modules are compiled once per
+    // test run.
     let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
     let config = format!(
         r#"
@@ -141,7 +142,7 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6 }}
 name = "iree"
 plugin = "phi4mm"
 kind = "phi4mm"
-settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend = "iree", iree = {{ cache_dir = "{cache}", context = 4160 }} }}
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend = "iree", iree = {{ cache_dir = "{cache}" }} }}
 "#,
         lib = phi4mm_lib().display(),
         ckpt = fixture().join("model").display(),

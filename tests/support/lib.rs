@@ -151,6 +151,9 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// How long [`Server::start`] waits for `/ready` (see `Server::wait_ready`).
+const START_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// How waiting for a starting server ended.
 enum Ready {
     Yes,
@@ -196,15 +199,21 @@ impl Server {
         // `free_port` hands out a port that is free now, and another test process may take it
         // before this server binds it: then the server exits at once, and it starts again on
         // other ports.
+        let mut why = String::new();
         for _ in 0..5 {
             server.spawn();
-            match server.wait_ready().await {
+            why = match server.wait_ready().await {
                 Ready::Yes => return server,
                 Ready::Exited if server.log().contains("Address already in use") => continue,
-                Ready::Exited | Ready::TimedOut => break,
-            }
+                Ready::Exited => "it exited".into(),
+                Ready::TimedOut => format!("no 200 from /ready in {START_TIMEOUT:?}"),
+            };
+            break;
         }
-        panic!("server did not become ready; log:\n{}", server.log());
+        panic!(
+            "server did not become ready ({why}); log:\n{}",
+            server.log()
+        );
     }
 
     /// Starts the process on two fresh ports.
@@ -233,8 +242,10 @@ impl Server {
 
     async fn wait_ready(&mut self) -> Ready {
         // Generous: a Phi4MM instance on the IREE backend compiles its modules on a cold cache
-        // (a minute or two on a loaded 2-core machine) before the server reports ready.
-        let until = Instant::now() + Duration::from_secs(300);
+        // before the server reports ready. The decoder at the fixture's whole context takes
+        // about two minutes alone on 2 cores; beside another test's compile, on a slower CI
+        // machine, a start once ran past 300 s.
+        let until = Instant::now() + START_TIMEOUT;
         while Instant::now() < until {
             if let Ok(r) = self.http.get(format!("{}/ready", self.base)).send().await {
                 if r.status() == 200 {

@@ -488,7 +488,9 @@ mod tests {
         let cache = ArtifactCache::open(dir.path())
             .unwrap()
             .with_progress(Progress::new(move |e| {
-                seen.lock().unwrap().push(format!("{e:?}"))
+                seen.lock()
+                    .unwrap()
+                    .push((format!("{e:?}"), e.to_string(), e.is_warning()))
             }));
         let fake = |m: &str| Ok(format!("compiled({m})").into_bytes());
         let a = cache.load_or_compile(&req, &compiler(), fake).unwrap();
@@ -497,10 +499,17 @@ mod tests {
             let events = events.lock().unwrap();
             assert_eq!(events.len(), 2, "{events:?}");
             assert!(
-                events[0].starts_with("Compiling { entry: \"e\""),
+                events[0].0.starts_with("Compiling { entry: \"e\""),
                 "{events:?}"
             );
-            assert!(events[1].contains("ok: true"), "{events:?}");
+            assert!(events[1].0.contains("ok: true"), "{events:?}");
+            // The lines a server logs and a terminal shows.
+            assert_eq!(events[0].1, "compiling e: not in the artifact cache");
+            assert!(
+                events[1].1.starts_with("compiled e in ") && events[1].1.ends_with(" s"),
+                "{events:?}"
+            );
+            assert!(!events[0].2 && !events[1].2, "{events:?}");
         }
         let b = cache.load_or_compile(&req, &compiler(), fake).unwrap();
         assert!(!b.compiled);
@@ -519,7 +528,9 @@ mod tests {
                 .lock()
                 .unwrap()
                 .iter()
-                .any(|e| e.starts_with("Rebuilding")),
+                .any(|(debug, line, warning)| debug.starts_with("Rebuilding")
+                    && line.starts_with("artifact cache: rebuilding e: ")
+                    && *warning),
             "a tampered entry is reported as rebuilt"
         );
         assert_eq!(c.bytes, a.bytes);

@@ -25,6 +25,41 @@ pub enum CacheEvent<'a> {
     },
 }
 
+impl CacheEvent<'_> {
+    /// Whether an operator should look: an entry failed verification, or a compile failed.
+    pub fn is_warning(&self) -> bool {
+        matches!(
+            self,
+            CacheEvent::Rebuilding { .. } | CacheEvent::Compiled { ok: false, .. }
+        )
+    }
+}
+
+/// The one line each event reads as, on a terminal and in a server's log alike.
+impl fmt::Display for CacheEvent<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheEvent::Waiting { entry } => {
+                write!(f, "waiting for another process compiling {entry}")
+            }
+            CacheEvent::Rebuilding { entry, why } => {
+                write!(f, "artifact cache: rebuilding {entry}: {why}")
+            }
+            CacheEvent::Compiling { entry } => {
+                write!(f, "compiling {entry}: not in the artifact cache")
+            }
+            CacheEvent::Compiled { entry, elapsed, ok } => {
+                let secs = elapsed.as_secs_f64();
+                if *ok {
+                    write!(f, "compiled {entry} in {secs:.1} s")
+                } else {
+                    write!(f, "compiling {entry} failed after {secs:.1} s")
+                }
+            }
+        }
+    }
+}
+
 type Callback = dyn Fn(CacheEvent<'_>) + Send + Sync;
 
 /// A cloneable callback receiving [`CacheEvent`]s; [`Progress::none`] drops them.

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use switchyard_phi4mm::adapter::AdapterChoice;
-use switchyard_phi4mm::backend;
+use switchyard_phi4mm::backend::{self, BackendChoice};
 use switchyard_phi4mm::model::Phi4mm;
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::sampling::Logprobs;
@@ -133,10 +133,14 @@ pub fn run(args: BatchArgs) -> Result<()> {
         None
     };
     let media_options = request::MediaOptions::default();
+    let iree = args.iree.settings();
     let running = backend::start(
-        args.backend.kind(),
-        args.producer.kind(),
-        &args.iree.settings(),
+        BackendChoice {
+            kind: args.backend.kind(),
+            producer: args.producer.kind(),
+            iree: &iree,
+            compiles: crate::compile_progress::terminal(),
+        },
         &ck,
         model.clone(),
         SchedulerConfig {

@@ -486,10 +486,10 @@ fn load_iree(
     if s.cache_dir.is_none() {
         s.cache_dir = Some(fresh.path().to_path_buf());
     }
-    let cold = IreeBench::load(ck, model.clone(), &s)?;
+    let cold = IreeBench::load(ck, model.clone(), &s, crate::compile_progress::terminal())?;
     let cold_modules = cold.details()["modules"].clone();
     drop(cold);
-    let warm = IreeBench::load(ck, model, &s)?;
+    let warm = IreeBench::load(ck, model, &s, crate::compile_progress::terminal())?;
     let warm_modules = warm.details()["modules"].clone();
     Ok((
         warm,

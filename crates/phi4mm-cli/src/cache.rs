@@ -165,7 +165,11 @@ fn warm(model: &std::path::Path, iree: &crate::generate::IreeArgs) -> anyhow::Re
     let ck = switchyard_phi4mm::checkpoint::Checkpoint::open(model)
         .with_context(|| format!("loading {}", model.display()))?;
     let settings = iree.settings();
-    let modules = switchyard_phi4mm::iree::backend::warm_cache(&ck, &settings)?;
+    let modules = switchyard_phi4mm::iree::backend::warm_cache(
+        &ck,
+        &settings,
+        crate::compile_progress::terminal(),
+    )?;
     let dir = settings
         .cache_dir
         .clone()

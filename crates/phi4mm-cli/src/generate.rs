@@ -274,7 +274,12 @@ fn iree_generate(
     max_new_tokens: usize,
     stop: &[u32],
 ) -> Result<(MergedPrompt, GreedyOutput)> {
-    let iree = IreeBackend::load(ck, model.clone(), settings)?;
+    let iree = IreeBackend::load(
+        ck,
+        model.clone(),
+        settings,
+        crate::compile_progress::terminal(),
+    )?;
     let own = iree.media_stage().encoders();
     let (encoders, _) = backend::producer_encoders(producer, ck, &model, own)?;
     let prepared = model.prepare_with(input, max_new_tokens, &*encoders, iree.context())?;

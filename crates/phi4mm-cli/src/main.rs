@@ -8,6 +8,7 @@ mod bench_frontend;
 mod bench_vision;
 mod bounds;
 mod cache;
+mod compile_progress;
 mod generate;
 mod peak;
 

@@ -6,11 +6,24 @@
 
 use std::sync::Arc;
 
+use artifact_cache::Progress;
+
 use crate::checkpoint::Checkpoint;
 use crate::config::{BackendKind, IreeSettings, ProducerKind};
 use crate::model::{HostBackend, MediaEncoders, MediaStage, Phi4mm};
 use crate::scheduler::{Detokenize, Scheduler, SchedulerConfig};
 use crate::step::StepBackend;
+
+/// Which backend and producer to start, and where the artifact cache's events go (the IREE
+/// backend compiles its modules on a cold cache, for minutes on the real checkpoint; the host
+/// backend compiles nothing).
+pub struct BackendChoice<'a> {
+    pub kind: BackendKind,
+    pub producer: ProducerKind,
+    pub iree: &'a IreeSettings,
+    /// The CLI draws a spinner; the plugin writes each event into the host's log.
+    pub compiles: Progress,
+}
 
 /// A started backend: the scheduler driving its decoder and the media stage feeding it.
 pub struct Running {
@@ -104,14 +117,18 @@ fn with_producer(
 /// Starts the scheduler on the chosen backend. `model` is the host model: the host backend runs
 /// on it, and every backend uses it for validation, embeddings and the placeholder merge.
 pub fn start(
-    kind: BackendKind,
-    producer: ProducerKind,
-    iree: &IreeSettings,
+    choice: BackendChoice<'_>,
     ck: &Checkpoint,
     model: Arc<Phi4mm>,
     config: SchedulerConfig,
     detok: Option<Detokenize>,
 ) -> Result<Running, BackendError> {
+    let BackendChoice {
+        kind,
+        producer,
+        iree,
+        compiles,
+    } = choice;
     match resolve(kind, iree)? {
         #[cfg(feature = "iree")]
         BackendKind::Iree => {
@@ -119,6 +136,7 @@ pub fn start(
                 ck,
                 model.clone(),
                 iree,
+                compiles,
             )?);
             let (media, producer) = with_producer(producer, ck, &model, backend.media_stage())?;
             let b = backend.clone();
@@ -127,6 +145,7 @@ pub fn start(
         }
         // Without the `iree` feature, `resolve` never answers `Iree`.
         _ => {
+            drop(compiles);
             let (media, producer) = with_producer(
                 producer,
                 ck,

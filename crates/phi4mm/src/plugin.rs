@@ -13,7 +13,7 @@ use switchyard_plugin_api::{
     Prompt as RawPrompt, Request, SettingsText, TokenLogprob, TokenLogprobs, Usage, API_VERSION,
 };
 
-use crate::backend;
+use crate::backend::{self, BackendChoice};
 use crate::checkpoint::Checkpoint;
 use crate::config::Phi4mmSettings;
 use crate::model::{MediaStage, Phi4mm, PromptInput};
@@ -24,6 +24,7 @@ use crate::scheduler::{
     Detokenize, FinishReason, GenerationParams, Job, KvBudget, Outcome, Refusal, RowError, RowSink,
     Scheduler, SchedulerConfig,
 };
+use artifact_cache::Progress;
 use frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 pub const KIND: &str = "phi4mm";
@@ -73,18 +74,34 @@ pub fn create_instance(
         .validate()
         .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
     settings.resolve_paths(|p| services.resolve_path(p));
-    Phi4mmModel::load(settings, services.thread_budget as usize, &|m| {
-        services.info(m)
-    })
+    // A cold artifact cache compiles for minutes before the instance is ready: each compile's
+    // start and end go into the host's log, so that an operator watching a starting pod sees
+    // what it waits for.
+    let host = services.clone();
+    let compiles = Progress::new(move |event| {
+        let line = event.to_string();
+        if event.is_warning() {
+            host.warn(&line)
+        } else {
+            host.info(&line)
+        }
+    });
+    Phi4mmModel::load(
+        settings,
+        services.thread_budget as usize,
+        &|m| services.info(m),
+        compiles,
+    )
 }
 
 impl Phi4mmModel {
     /// Loads the checkpoint and starts the scheduler. `thread_budget` is the default for
-    /// `threads`.
+    /// `threads`; the artifact cache's events (the IREE backend's compiles) go to `compiles`.
     pub fn load(
         settings: Phi4mmSettings,
         thread_budget: usize,
         log: &dyn Fn(&str),
+        compiles: Progress,
     ) -> Result<Self, PluginError> {
         let dir: &Path = &settings.checkpoint;
         let ck = Checkpoint::open(dir).map_err(|e| {
@@ -101,9 +118,12 @@ impl Phi4mmModel {
         let detok: Detokenize =
             Arc::new(move |ids: &[u32]| p.tokenizer().decode(ids, true).unwrap_or_default());
         let running = backend::start(
-            settings.backend,
-            settings.producer,
-            &settings.iree,
+            BackendChoice {
+                kind: settings.backend,
+                producer: settings.producer,
+                iree: &settings.iree,
+                compiles,
+            },
             &ck,
             model.clone(),
             SchedulerConfig {

@@ -6,7 +6,7 @@ mod run;
 
 use crate::{config, runtime::Runtime, server};
 use clap::{Parser, Subcommand};
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, net::SocketAddr, path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]
 #[command(
@@ -65,6 +65,8 @@ pub fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: a pod's log or a file gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = match cli.command {
         Command::Serve {

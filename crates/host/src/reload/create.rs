@@ -52,6 +52,9 @@ pub fn instance(
         config_dir: config_dir.to_string_lossy().into_owned().into(),
     };
     let settings = SettingsText::json(model.settings.to_string());
+    // Creating can take minutes (a checkpoint to load, modules to compile): the log says what
+    // the process is doing before `/ready` answers, and "instance ready" says when it is done.
+    tracing::info!(instance = %model.name, plugin = %plugin.label(), "creating instance");
     let made = (plugin.module.create_model())(RStr::from(model.kind.as_str()), settings, services);
     let model_box = match made {
         RResult::ROk(m) => m,

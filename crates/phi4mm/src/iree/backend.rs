@@ -12,7 +12,7 @@ use crate::model::{
     AudioEncoding, EncoderError, ImageEncoding, ImageInput, MediaEncoders, MediaStage, Phi4mm,
 };
 use crate::step::{StepBackend, StepRow};
-use artifact_cache::ArtifactCache;
+use artifact_cache::{ArtifactCache, Progress};
 
 use super::audio::IreeAudio;
 use super::compiler::IreeCompiler;
@@ -50,8 +50,9 @@ impl MediaEncoders for IreeEncoders {
 }
 
 /// The artifact cache, compiler and device `settings` name, as every module of the backend uses
-/// them. Creates no device.
-fn context(settings: &IreeSettings) -> Result<IreeContext> {
+/// them, with the cache's events (compiles, waits, rebuilds) reported to `progress`. Creates no
+/// device.
+fn context(settings: &IreeSettings, progress: Progress) -> Result<IreeContext> {
     let dir: PathBuf = settings
         .cache_dir
         .clone()
@@ -61,7 +62,7 @@ fn context(settings: &IreeSettings) -> Result<IreeContext> {
             dir: dir.clone(),
             cause,
         })?
-        .with_progress(super::progress::terminal());
+        .with_progress(progress);
     let compiler =
         IreeCompiler::for_target(settings.compiler.as_deref(), settings.compile_target())?;
     IreeContext::new(Arc::new(cache), compiler, &settings.device)
@@ -78,8 +79,12 @@ fn decoder_context(ck: &Checkpoint, settings: &IreeSettings) -> usize {
 /// artifact cache, compiling those it lacks, without creating the device: a cache can be warmed
 /// for `iree.device = "cuda"` on a machine without a GPU, and a serving process then finds
 /// every module there. Returns how each module was obtained.
-pub fn warm_cache(ck: &Checkpoint, settings: &IreeSettings) -> Result<Vec<ModuleTiming>> {
-    let ctx = context(settings)?;
+pub fn warm_cache(
+    ck: &Checkpoint,
+    settings: &IreeSettings,
+    progress: Progress,
+) -> Result<Vec<ModuleTiming>> {
+    let ctx = context(settings, progress)?;
     let shape = IreeDecoder::shape(decoder_context(ck, settings), settings.prefill_chunk, &ctx);
     IreeDecoder::module(ck, &ctx, &shape)?;
     IreeVision::module(ck, &ctx)?;
@@ -88,9 +93,15 @@ pub fn warm_cache(ck: &Checkpoint, settings: &IreeSettings) -> Result<Vec<Module
 }
 
 impl IreeBackend {
-    /// Compiles (or loads from the artifact cache) every module and uploads the weights.
-    pub fn load(ck: &Checkpoint, host: Arc<Phi4mm>, settings: &IreeSettings) -> Result<Self> {
-        let ctx = Arc::new(context(settings)?);
+    /// Compiles (or loads from the artifact cache) every module and uploads the weights. The
+    /// cache's events go to `progress`: a spinner in the CLI, the host's log in a server.
+    pub fn load(
+        ck: &Checkpoint,
+        host: Arc<Phi4mm>,
+        settings: &IreeSettings,
+        progress: Progress,
+    ) -> Result<Self> {
+        let ctx = Arc::new(context(settings, progress)?);
         let decoder = IreeDecoder::load(
             ck,
             &ctx,

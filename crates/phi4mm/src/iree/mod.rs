@@ -10,7 +10,6 @@ pub mod decoder;
 pub mod emit;
 mod error;
 pub mod mlir;
-mod progress;
 pub mod tiles;
 pub mod vision;
 pub mod weights;

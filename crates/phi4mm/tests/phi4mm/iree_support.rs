@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use artifact_cache::ArtifactCache;
+use artifact_cache::{ArtifactCache, Progress};
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::config::IreeSettings;
 use switchyard_phi4mm::iree::backend::IreeBackend;
@@ -56,5 +56,5 @@ pub fn backend(ck: &Checkpoint, host: Arc<Phi4mm>) -> IreeBackend {
         device: device().to_string(),
         ..IreeSettings::default()
     };
-    IreeBackend::load(ck, host, &settings).expect("IREE backend")
+    IreeBackend::load(ck, host, &settings, Progress::none()).expect("IREE backend")
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::model_support::*;
+use artifact_cache::Progress;
 use switchyard_phi4mm::config::Phi4mmSettings;
 use switchyard_phi4mm::plugin::Phi4mmModel;
 use switchyard_plugin_api::abi_stable::sabi_trait::TD_Opaque;
@@ -41,7 +42,7 @@ fn model(extra: &str) -> Phi4mmModel {
         fixture().join("model").display().to_string()
     );
     let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
-    Phi4mmModel::load(settings, 2, &|_| {}).unwrap()
+    Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()).unwrap()
 }
 
 fn request(id: u64, endpoint: Endpoint, parts: Vec<Part>, max: u32) -> Request {

@@ -1,14 +1,15 @@
 //! How the artifact cache's work shows on a terminal: a `compiling <entry> … 12.3 s` spinner
-//! while a module compiles (compiles take minutes on the real checkpoint), and one line when an
-//! entry is rebuilt or another process holds its lock. Nothing is drawn when stderr is not a
-//! terminal, except the rebuild line, which an operator reading logs needs to see.
+//! while a module compiles (compiles take minutes on the real checkpoint), and the event's line
+//! (`CacheEvent`'s `Display`, the same line a server logs) when it ends, waits or rebuilds.
+//! When stderr is not a terminal only rebuilds and failures are printed: a log reader needs
+//! those, and a script piping the tool's output does not want the rest.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use artifact_cache::{CacheEvent, Progress};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use switchyard_artifact_cache::{CacheEvent, Progress};
 
 /// A [`Progress`] that draws on stderr.
 pub fn terminal() -> Progress {
@@ -16,24 +17,19 @@ pub fn terminal() -> Progress {
     Progress::new(move |event| {
         let tty = std::io::stderr().is_terminal();
         match event {
-            CacheEvent::Waiting { entry } if tty => {
-                eprintln!("waiting for another process compiling {entry}")
-            }
-            CacheEvent::Waiting { .. } => {}
-            CacheEvent::Rebuilding { entry, why } => {
-                eprintln!("artifact cache: rebuilding {entry}: {why}")
-            }
             CacheEvent::Compiling { entry } => {
-                *spinner.lock().unwrap_or_else(|p| p.into_inner()) = Some(start_spinner(entry))
+                *spinner.lock().unwrap_or_else(|p| p.into_inner()) = Some(start_spinner(entry));
+                return;
             }
-            CacheEvent::Compiled { entry, elapsed, ok } => {
+            CacheEvent::Compiled { .. } => {
                 if let Some(bar) = spinner.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     bar.finish_and_clear();
                 }
-                if tty && ok {
-                    eprintln!("compiled {entry} in {:.1} s", elapsed.as_secs_f64());
-                }
             }
+            CacheEvent::Waiting { .. } | CacheEvent::Rebuilding { .. } => {}
+        }
+        if tty || event.is_warning() {
+            eprintln!("{event}");
         }
     })
 }

@@ -268,7 +268,7 @@ fn with_built_plugins(text: &str) -> toml::Table {
 /// theirs, so a test run compiles it once. Compiling it privately, on a cold cache, took this
 /// test past the server's start timeout on a loaded 2-core CI machine.
 fn share_the_iree_cache(dir: &Path) {
-    let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    let shared = crate::shared_iree_cache();
     std::fs::create_dir_all(&shared).unwrap();
     let link = dir.join("cache/switchyard/iree");
     std::fs::create_dir_all(link.parent().unwrap()).unwrap();

@@ -127,7 +127,7 @@ async fn the_iree_backend_answers_like_the_host_backend() {
     // The artifact cache the plugin's own IREE tests fill, and the same decoder shape as theirs
     // (the checkpoint's whole context, no `iree.context`), so the modules are compiled once per
     // test run.
-    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("iree-cache");
+    let cache = crate::shared_iree_cache();
     let config = format!(
         r#"
 [[plugins]]

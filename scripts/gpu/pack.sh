@@ -4,8 +4,9 @@
 # `.gpu-pack/`, git-ignored) that `scripts/gpu/run.sh` uses there:
 #
 #   - the `phi4mm` tool and the phi4mm test binary, built here with `--features cuda`;
-#   - the IREE compiler library, stripped and xz-compressed: the GPU machine compiles nothing,
-#     but every module's cache key holds the library's sha256, so the very file must be there;
+#   - the IREE compiler library, stripped and xz-compressed, and its `iree-compile` driver: the
+#     GPU machine compiles nothing, but every module's cache key holds the library's sha256, so
+#     the very file must be there, and the plugin refuses a library without its driver;
 #   - artifact caches warmed here with `phi4mm cache warm --iree-device cuda` (this machine needs
 #     no GPU for it): the fixture's modules where the test binary looks for them, and the
 #     benchmark checkpoints' at bench-batch's context (their weights are written there anew).
@@ -31,6 +32,7 @@ for line in sys.stdin:
 # The library the caches are keyed by is the stripped copy that travels.
 lib="$out/libIREECompiler.so"
 strip -o "$lib" "$PHI4MM_IREE_COMPILER"
+cp "$(dirname "$PHI4MM_IREE_COMPILER")/iree-compile" "$out/iree-compile"
 export PHI4MM_IREE_COMPILER="$PWD/$lib"
 phi4mm=target/release/phi4mm
 tmp=target/tmp
@@ -50,7 +52,7 @@ done
 xz -9 -T0 -f "$lib"
 strip -o "$out/phi4mm" "$phi4mm"
 strip -o "$out/phi4mm-tests" "$tests"
-xz -9 -T0 -f "$out/phi4mm" "$out/phi4mm-tests"
+xz -9 -T0 -f "$out/phi4mm" "$out/phi4mm-tests" "$out/iree-compile"
 # Where the test binary looks for its cache: this checkout's path, compiled in.
 echo "$PWD" >"$out/root"
 tar -cJf "$out/caches.tar.xz" "$tmp/iree-cache" "$out/cache-bench"

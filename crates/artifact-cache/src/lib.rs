@@ -146,6 +146,12 @@ impl ArtifactCache {
         self
     }
 
+    /// Where this cache's events go, for a compiler reporting on its own work
+    /// ([`CacheEvent::Retrying`]).
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
     /// Opens an existing cache directory without changing anything in it (no sweep), for
     /// inspection: `list` and `verify` (`phi4mm cache ls|verify`).
     pub fn inspect(dir: impl Into<PathBuf>) -> Result<Self, CacheError> {

@@ -23,14 +23,24 @@ pub enum CacheEvent<'a> {
         elapsed: Duration,
         ok: bool,
     },
+    /// The compiler gave up on a run of `entry` (`why`) and runs again: this is run `attempt`.
+    /// Reported by the compiler, through [`ArtifactCache::progress`](crate::ArtifactCache::progress).
+    Retrying {
+        entry: &'a str,
+        attempt: u32,
+        why: &'a str,
+    },
 }
 
 impl CacheEvent<'_> {
-    /// Whether an operator should look: an entry failed verification, or a compile failed.
+    /// Whether an operator should look: an entry failed verification, or a compile failed or had
+    /// to run again.
     pub fn is_warning(&self) -> bool {
         matches!(
             self,
-            CacheEvent::Rebuilding { .. } | CacheEvent::Compiled { ok: false, .. }
+            CacheEvent::Rebuilding { .. }
+                | CacheEvent::Compiled { ok: false, .. }
+                | CacheEvent::Retrying { .. }
         )
     }
 }
@@ -56,6 +66,11 @@ impl fmt::Display for CacheEvent<'_> {
                     write!(f, "compiling {entry} failed after {secs:.1} s")
                 }
             }
+            CacheEvent::Retrying {
+                entry,
+                attempt,
+                why,
+            } => write!(f, "compiling {entry} again (run {attempt}): {why}"),
         }
     }
 }
@@ -75,7 +90,7 @@ impl Progress {
         Progress(Some(Arc::new(f)))
     }
 
-    pub(crate) fn report(&self, event: CacheEvent<'_>) {
+    pub fn report(&self, event: CacheEvent<'_>) {
         if let Some(f) = &self.0 {
             f(event)
         }

@@ -26,6 +26,13 @@ pub fn terminal() -> Progress {
                     bar.finish_and_clear();
                 }
             }
+            CacheEvent::Retrying { .. } => {
+                // Mid-compile: printed above the spinner, which goes on.
+                if let Some(bar) = &*spinner.lock().unwrap_or_else(|p| p.into_inner()) {
+                    bar.suspend(|| eprintln!("{event}"));
+                    return;
+                }
+            }
             CacheEvent::Waiting { .. } | CacheEvent::Rebuilding { .. } => {}
         }
         if tty || event.is_warning() {

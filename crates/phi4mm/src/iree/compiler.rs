@@ -1,9 +1,16 @@
-//! The IREE compiler, in-process through eerie (`libIREECompiler.so` from iree-base-compiler).
+//! The IREE compiler: `libIREECompiler.so` from iree-base-compiler, and the `iree-compile` driver
+//! beside it.
 //!
-//! eerie can load one compiler library per process, ever (IREE's global shutdown cannot be
-//! undone). The loaded library is therefore a process-wide handle ([`IreeCompiler::library`]);
-//! an [`IreeCompiler`] value is that handle plus a target ([`CompileTarget`]: the local CPU, or
-//! CUDA), cheap to create in any number.
+//! The library is loaded in this process through eerie, which finds it and reads its revision
+//! (part of every module's cache identity). eerie can load one compiler library per process, ever
+//! (IREE's global shutdown cannot be undone), so the loaded library is a process-wide handle
+//! ([`IreeCompiler::library`]). An [`IreeCompiler`] value is that handle plus a target
+//! ([`CompileTarget`]: the local CPU, or CUDA), cheap to create in any number. Modules are compiled
+//! by the driver in a child process, watched for stalls ([`driver`]).
+
+mod driver;
+
+pub use driver::{ATTEMPTS, STALL_LIMIT};
 
 use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIdentity};
 
@@ -11,6 +18,9 @@ use super::error::{IreeError, Result};
 use sha2::Digest as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use driver::{Driver, RunFailure};
 
 /// Environment variable naming the compiler library (set by `scripts/iree-env.sh`).
 pub const COMPILER_ENV: &str = "PHI4MM_IREE_COMPILER";
@@ -30,9 +40,11 @@ fn extra_flags_from_env() -> Vec<String> {
 /// The compiler library loaded in this process.
 #[derive(Debug)]
 pub struct CompilerLibrary {
-    compiler: eerie::compiler::Compiler,
+    /// Kept loaded: eerie cannot load a library twice in one process.
+    _compiler: eerie::compiler::Compiler,
     path: PathBuf,
     version: String,
+    driver: Driver,
 }
 
 impl CompilerLibrary {
@@ -43,6 +55,11 @@ impl CompilerLibrary {
     /// The compiler's revision string, e.g. `3.13.0rc20261016`.
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// The `iree-compile` that compiles modules with this library.
+    pub fn driver(&self) -> &Path {
+        self.driver.path()
     }
 }
 
@@ -90,9 +107,7 @@ impl CompileTarget {
                 // FP reductions may be reassociated, as every SIMD dot product reassociates
                 // them: kept in order, a reduction is one dependent chain of adds, and the
                 // softmax max and sum over the vision tower's 16 × 1024 × 1024 scores ran
-                // latency-bound (the tower 2 % slower; `docs/benchmarks.md`). Stated on every
-                // compile, like the tuning spec: the compiler keeps some options process-wide,
-                // so a value one compile set would otherwise leak into the next.
+                // latency-bound (the tower 2 % slower; `docs/benchmarks.md`).
                 format!("{REASSOCIATE}=true"),
             ],
             CompileTarget::Cuda { arch } => vec![
@@ -134,6 +149,8 @@ pub struct IreeCompiler {
     flags: Vec<String>,
     /// A transform-dialect tuning spec (MLIR text) handed to the compiler as a file.
     tuning_spec: Option<&'static str>,
+    /// How long a compile may use no CPU time before it is killed ([`STALL_LIMIT`]).
+    stall_limit: Duration,
 }
 
 impl IreeCompiler {
@@ -170,10 +187,12 @@ impl IreeCompiler {
             .get_revision()
             .map_err(|e| IreeError::CompilerRevision(e.to_string()))?;
         let path = compiler.library_path().to_owned();
+        let driver = Driver::beside(&path)?;
         Ok(LIBRARY.get_or_init(|| CompilerLibrary {
-            compiler,
+            _compiler: compiler,
             path,
             version,
+            driver,
         }))
     }
 
@@ -196,6 +215,7 @@ impl IreeCompiler {
             flags,
             target,
             tuning_spec: None,
+            stall_limit: STALL_LIMIT,
         })
     }
 
@@ -235,6 +255,12 @@ impl IreeCompiler {
         }
     }
 
+    /// The same compiler with another stall limit (tests: [`STALL_LIMIT`] is a minute).
+    pub fn with_stall_limit(mut self, limit: Duration) -> Self {
+        self.stall_limit = limit;
+        self
+    }
+
     /// The same compiler with `extra` flags appended (they are part of the cache identity).
     pub fn with_extra_flags(mut self, extra: impl IntoIterator<Item = String>) -> Self {
         self.flags.extend(extra);
@@ -266,45 +292,48 @@ impl IreeCompiler {
         })
     }
 
-    /// Compiles MLIR text to a VM flatbuffer module. One compile at a time per process: two
-    /// concurrent compiles were seen spinning forever in `llvm::TargetRegistry::lookupTarget`
-    /// (const-eval's JIT looking up the host target while the other registered it), so the
-    /// compiler's first use is not thread-safe in this build. Compiles are CPU-bound on every
-    /// core anyway.
+    /// Compiles MLIR text to a VM flatbuffer module (see [`IreeCompiler::compile_reporting`]).
+    pub fn compile(&self, mlir: &str) -> Result<Vec<u8>> {
+        self.compile_reporting(mlir, &|_, _| {})
+    }
+
+    /// Compiles MLIR text to a VM flatbuffer module in an `iree-compile` child ([`driver`]). A
+    /// run that stalls is killed and run again, up to [`ATTEMPTS`] runs; before each new run
+    /// `retrying(attempt, why)` is told.
     ///
     /// With `PHI4MM_IREE_DUMP_DIR` set, the MLIR text is also written there as `<sha256>.mlir`,
     /// with the compile's flags beside it (`<sha256>.flags`, one per line; a tuning spec as
     /// `<sha256>.tuning.mlir`), so the module can be compiled again by hand exactly as here:
     /// `iree-compile --compile-to=flow`, or `scripts/profile-iree-dispatches.sh`.
-    pub fn compile(&self, mlir: &str) -> Result<Vec<u8>> {
+    pub fn compile_reporting(&self, mlir: &str, retrying: &dyn Fn(u32, &str)) -> Result<Vec<u8>> {
         if let Some(dir) = std::env::var_os("PHI4MM_IREE_DUMP_DIR") {
             if let Err(e) = self.dump(Path::new(&dir), mlir) {
                 eprintln!("PHI4MM_IREE_DUMP_DIR: the MLIR was not written: {e}");
             }
         }
-        // The compiler reads a tuning spec from a file; it lives as long as this compile.
-        let spec_file = self
-            .tuning_spec
-            .map(|spec| {
-                let mut f = tempfile::Builder::new()
-                    .prefix("phi4mm-tuning-")
-                    .suffix(".mlir")
-                    .tempfile()?;
-                std::io::Write::write_all(&mut f, spec.as_bytes())?;
-                Ok(f)
-            })
-            .transpose()
-            .map_err(|e: std::io::Error| {
-                IreeError::Compile(format!("writing the tuning spec: {e}"))
-            })?;
-        let mut flags = self.flags.clone();
-        flags.push(tuning_spec_flag(spec_file.as_ref().map(|f| f.path())));
-        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        self.library
-            .compiler
-            .compile_str(mlir, &flags)
-            .map_err(|e| IreeError::Compile(e.to_string()))
+        let driver = &self.library.driver;
+        for attempt in 1..=ATTEMPTS {
+            if attempt > 1 {
+                let why = format!(
+                    "the IREE compiler used no CPU time for {:.1} s (the stall limit) and was \
+                     killed",
+                    self.stall_limit.as_secs_f64()
+                );
+                retrying(attempt, &why);
+            }
+            match driver.run(mlir, &self.flags, self.tuning_spec, self.stall_limit) {
+                Ok(module) => return Ok(module),
+                Err(RunFailure::Failed(diagnostics)) => {
+                    return Err(IreeError::Compile(diagnostics))
+                }
+                Err(RunFailure::Stalled) => {}
+            }
+        }
+        Err(IreeError::CompilerStalled {
+            driver: driver.path().to_owned(),
+            attempts: ATTEMPTS,
+            limit_s: self.stall_limit.as_secs_f64(),
+        })
     }
 
     /// Writes `mlir` and the flags that compile it into `dir` (see [`IreeCompiler::compile`]).
@@ -321,16 +350,7 @@ impl IreeCompiler {
             None => None,
         };
         let mut flags = self.flags.clone();
-        flags.push(tuning_spec_flag(spec_path.as_deref()));
+        flags.extend(spec_path.map(|path| format!("{TUNING_SPEC}={}", path.display())));
         std::fs::write(dir.join(format!("{stem}.flags")), flags.join("\n") + "\n")
-    }
-}
-
-/// The tuning-spec option for a compile: the spec's file, or empty. The option is process-wide
-/// in the compiler, so a compile without a spec states that too.
-fn tuning_spec_flag(spec: Option<&Path>) -> String {
-    match spec {
-        Some(path) => format!("{TUNING_SPEC}={}", path.display()),
-        None => format!("{TUNING_SPEC}="),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use eerie::runtime::{DeviceSpec, Runtime};
 
-use artifact_cache::{ArtifactCache, CompilerIdentity, ModuleRequest};
+use artifact_cache::{ArtifactCache, CacheEvent, CompilerIdentity, ModuleRequest};
 
 use super::compiler::{CompileTarget, IreeCompiler};
 use super::error::{IreeError, Result};
@@ -106,7 +106,16 @@ impl IreeContext {
         let loaded = self
             .cache
             .load_or_compile(&req, identity, |src| {
-                compiler.compile(src).map_err(|e| e.to_string())
+                let retrying = |attempt: u32, why: &str| {
+                    self.cache.progress().report(CacheEvent::Retrying {
+                        entry,
+                        attempt,
+                        why,
+                    })
+                };
+                compiler
+                    .compile_reporting(src, &retrying)
+                    .map_err(|e| e.to_string())
             })
             .map_err(|cause| IreeError::Module {
                 entry: entry.to_string(),

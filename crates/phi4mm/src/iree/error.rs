@@ -41,9 +41,27 @@ pub enum IreeError {
     CompilerLoad(String),
     #[error("IREE compiler revision: {0}")]
     CompilerRevision(String),
-    /// The compiler refused a module (its diagnostics).
+    #[error(
+        "IREE compiler driver {} not found: iree-base-compiler ships it beside {}; install it \
+         with the library",
+        path.display(),
+        library.display()
+    )]
+    CompilerDriver { path: PathBuf, library: PathBuf },
+    /// The compiler refused a module or crashed (its diagnostics).
     #[error("{0}")]
     Compile(String),
+    #[error(
+        "the IREE compiler ({}) stalled on each of {attempts} attempts: it used no CPU time for \
+         {limit_s:.1} s (the stall limit) and was killed; see \"a compile that stalls\" in \
+         docs/operations.md",
+        driver.display()
+    )]
+    CompilerStalled {
+        driver: PathBuf,
+        attempts: u32,
+        limit_s: f64,
+    },
     #[error(transparent)]
     ImageShape(#[from] ImageShapeError),
     #[error("audio features shape: {values} values for {frames} frames of {width}")]

@@ -1,4 +1,4 @@
-//! The IREE artifact cache with real compiles (in-process IREE compiler) and real loads (IREE
+//! The IREE artifact cache with real compiles (the `iree-compile` driver) and real loads (IREE
 //! runtime): compile-once across threads and processes, takeover after SIGKILL, rebuild (never
 //! load) on every kind of mismatch or corruption, (the `phi4mm cache` CLI is tested with the tool, in `crates/phi4mm-cli`).
 //!

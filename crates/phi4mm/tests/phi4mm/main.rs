@@ -24,6 +24,8 @@ mod iree_backend;
 #[cfg(feature = "iree")]
 mod iree_cache;
 #[cfg(feature = "iree")]
+mod iree_compiler;
+#[cfg(feature = "iree")]
 mod iree_cuda;
 #[cfg(feature = "iree")]
 mod iree_decoder;

@@ -1,0 +1,292 @@
+//! Each compile runs `iree-compile`, the driver that iree-base-compiler ships beside
+//! `libIREECompiler.so`, as a child process under a stall watchdog.
+//!
+//! Why not the library in this process: IREE 3.13's compiler can deadlock inside a compile. The
+//! codegen dialect parses a tuning spec while holding a mutex. The parse verifies in parallel on
+//! MLIR's thread pool, and a pool thread that waits for its tasks runs whatever task is queued
+//! first, which can be another executable's compile asking for the same mutex. That thread then
+//! waits on itself forever (the pattern of iree-org/iree#22842). It was seen once in CI, in the
+//! decoder's compile. In this process such a compile would keep a thread and its cache entry's
+//! lock until a restart. A child can be killed and its compile run again. A compiler crash (an LLVM
+//! fatal error aborts) also ends the child, not the server.
+//!
+//! A stalled compile is told from a slow one by CPU time: a compile is CPU-bound throughout, and a
+//! deadlocked one uses none. A child whose CPU time has not moved for [`STALL_LIMIT`] is killed;
+//! the compile is tried [`ATTEMPTS`] times in all.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::super::error::{IreeError, Result};
+
+/// How long a compile may use no CPU time before it is taken for deadlocked and killed. No phase
+/// of a compile waits on anything but the CPU, so even a starved compile on a loaded machine
+/// moves its CPU time within a second.
+pub const STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// How many times a compile is run before a stall is an error. The deadlock is a race, so the next
+/// run almost always completes.
+pub const ATTEMPTS: u32 = 3;
+
+/// The driver's file name, in the compiler library's directory.
+const DRIVER: &str = "iree-compile";
+
+/// How much of the driver's diagnostics an error keeps: the end, where the failure is.
+const STDERR_TAIL: usize = 16 * 1024;
+
+/// The `iree-compile` beside a compiler library.
+#[derive(Debug, Clone)]
+pub struct Driver {
+    path: PathBuf,
+}
+
+/// How one run of the driver ended, other than with a module.
+#[derive(Debug)]
+pub enum RunFailure {
+    /// Killed after using no CPU time for the stall limit.
+    Stalled,
+    /// It failed: its exit status and the end of its diagnostics.
+    Failed(String),
+}
+
+impl Driver {
+    /// The driver beside `library`; an error if it is not there.
+    pub fn beside(library: &Path) -> Result<Self> {
+        let path = library.parent().unwrap_or(Path::new(".")).join(DRIVER);
+        if path.is_file() {
+            Ok(Driver { path })
+        } else {
+            Err(IreeError::CompilerDriver {
+                path,
+                library: library.to_owned(),
+            })
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Compiles `mlir` with `flags` (and a tuning spec's text, if any) to a VM flatbuffer. Every
+    /// file lives in a private temporary directory, removed when the run ends.
+    pub fn run(
+        &self,
+        mlir: &str,
+        flags: &[String],
+        tuning_spec: Option<&str>,
+        stall_limit: Duration,
+    ) -> Result<Vec<u8>, RunFailure> {
+        let io = |what: &str, e: std::io::Error| RunFailure::Failed(format!("{what}: {e}"));
+        let dir = tempfile::Builder::new()
+            .prefix("phi4mm-compile-")
+            .tempdir()
+            .map_err(|e| io("creating the compile's temporary directory", e))?;
+        let input = dir.path().join("input.mlir");
+        let output = dir.path().join("module.vmfb");
+        std::fs::write(&input, mlir).map_err(|e| io("writing the MLIR", e))?;
+        let mut command = Command::new(&self.path);
+        command.args(flags);
+        if let Some(spec) = tuning_spec {
+            let path = dir.path().join("tuning-spec.mlir");
+            std::fs::write(&path, spec).map_err(|e| io("writing the tuning spec", e))?;
+            command.arg(format!("{}={}", super::TUNING_SPEC, path.display()));
+        }
+        command.arg(&input).arg("-o").arg(&output);
+        let run = run_watched(command, stall_limit)
+            .map_err(|e| io(&format!("starting {}", self.path.display()), e))?;
+        if run.stalled {
+            return Err(RunFailure::Stalled);
+        }
+        if !run.status.success() {
+            return Err(RunFailure::Failed(format!(
+                "{} {}:\n{}",
+                self.path.display(),
+                describe(run.status),
+                run.stderr_tail.trim_end()
+            )));
+        }
+        std::fs::read(&output).map_err(|e| io("reading the compiled module", e))
+    }
+}
+
+/// The words for how a child ended: its exit code, or the signal that ended it.
+fn describe(status: ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal}");
+        }
+    }
+    format!("failed ({status})")
+}
+
+/// A child's end, as [`run_watched`] saw it.
+#[derive(Debug)]
+pub struct Watched {
+    pub status: ExitStatus,
+    /// Whether the watchdog killed it.
+    pub stalled: bool,
+    /// The last [`STDERR_TAIL`] bytes it wrote to stderr.
+    pub stderr_tail: String,
+}
+
+/// Runs `command` (stdout discarded, stderr kept) and kills it if its CPU time stays still for
+/// `stall_limit`. On Linux the child also dies with the thread that started it, so a server
+/// killed mid-compile leaves no compiler running. Where `/proc` cannot be read, nothing is taken
+/// for a stall.
+pub fn run_watched(mut command: Command, stall_limit: Duration) -> std::io::Result<Watched> {
+    command.stdin(Stdio::null()).stdout(Stdio::null());
+    command.stderr(Stdio::piped());
+    die_with_parent(&mut command);
+    let mut child = command.spawn()?;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let reader = thread::spawn(move || tail(stderr, STDERR_TAIL));
+    let (status, stalled) = watch(&mut child, stall_limit)?;
+    let stderr_tail = reader.join().unwrap_or_default();
+    Ok(Watched {
+        status,
+        stalled,
+        stderr_tail,
+    })
+}
+
+/// Waits for `child`, killing it when its CPU time has not moved for `stall_limit`.
+fn watch(child: &mut Child, stall_limit: Duration) -> std::io::Result<(ExitStatus, bool)> {
+    let poll = (stall_limit / 8).clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let mut cpu = cpu_ticks(child.id());
+    let mut moved = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok((status, false));
+        }
+        thread::sleep(poll);
+        let now = cpu_ticks(child.id());
+        if now.is_none() || now != cpu {
+            cpu = now;
+            moved = Instant::now();
+        } else if moved.elapsed() >= stall_limit {
+            // An error here means it just exited; `wait` collects it either way.
+            let _ = child.kill();
+            return Ok((child.wait()?, true));
+        }
+    }
+}
+
+/// A process's CPU time so far in clock ticks (user + system, every thread), from
+/// `/proc/<pid>/stat`; `None` where that cannot be read.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces: the state is
+    // field 3 of proc(5), so utime (14) and stime (15) are the 12th and 13th after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
+}
+
+/// Reads `from` to its end, keeping the last `keep` bytes as text.
+fn tail(mut from: impl std::io::Read, keep: usize) -> String {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > 2 * keep {
+                    kept.drain(..kept.len() - keep);
+                }
+            }
+        }
+    }
+    if kept.len() > keep {
+        kept.drain(..kept.len() - keep);
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+/// On Linux, asks the kernel to kill the child when the thread that spawned it ends: that thread
+/// waits for the child, so it ends first only when the whole process dies.
+fn die_with_parent(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt as _;
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that sleeps uses no CPU time: the watchdog kills it after the limit, long before it
+    /// would have ended.
+    #[test]
+    fn a_child_using_no_cpu_is_killed_after_the_limit() {
+        let mut sleep = Command::new("sleep");
+        sleep.arg("60");
+        let t = Instant::now();
+        let run = run_watched(sleep, Duration::from_millis(600)).unwrap();
+        assert!(run.stalled, "{run:?}");
+        assert!(!run.status.success(), "{run:?}");
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(600) && waited < Duration::from_secs(20),
+            "killed after {waited:?}"
+        );
+    }
+
+    /// A child that computes for longer than the limit is not taken for stalled, and its stderr
+    /// comes back.
+    #[test]
+    fn a_busy_child_outlives_the_limit() {
+        let mut busy = Command::new("sh");
+        busy.args([
+            "-c",
+            "i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done; echo done-counting >&2; exit 3",
+        ]);
+        let t = Instant::now();
+        let limit = Duration::from_millis(800);
+        let run = run_watched(busy, limit).unwrap();
+        assert!(!run.stalled, "{run:?} after {:?}", t.elapsed());
+        assert_eq!(run.status.code(), Some(3), "{run:?}");
+        assert_eq!(run.stderr_tail.trim(), "done-counting");
+        assert!(
+            t.elapsed() > limit,
+            "the busy loop ended within the limit ({:?}), so this shows nothing",
+            t.elapsed()
+        );
+    }
+
+    #[test]
+    fn the_tail_keeps_the_end() {
+        let text: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let kept = tail(&text[..], 1000);
+        assert_eq!(kept.as_bytes(), &text[text.len() - 1000..]);
+        assert_eq!(tail(&b"short"[..], 1000), "short");
+    }
+
+    #[test]
+    fn cpu_ticks_reads_this_process() {
+        if cfg!(target_os = "linux") {
+            let busy_until = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < busy_until {}
+            assert!(cpu_ticks(std::process::id()).unwrap() > 0);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The compiler driver with the real `iree-compile`: a compile whose compiler stops using the CPU
+//! is killed and run again, and a module the compiler rejects comes back with its diagnostics.
+//!
+//! Needs the toolchain: `. scripts/iree-env.sh` (exports PHI4MM_IREE_COMPILER).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use eerie::runtime::{BufferView, DeviceSpec, Runtime};
+use switchyard_phi4mm::iree::compiler::IreeCompiler;
+use switchyard_phi4mm::iree::IreeError;
+
+/// `main(x) = x + x` on 8 f32, with a marker comment that tells this test's compile apart from
+/// the compiles of the tests running beside it.
+const MLIR: &str = r#"
+// iree-compiler-test: stopped compile
+func.func @main(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.add %x, %x : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"#;
+const MARKER: &str = "iree-compiler-test: stopped compile";
+
+fn compiler() -> IreeCompiler {
+    IreeCompiler::new(None, "host")
+        .expect("IREE compiler library (source scripts/iree-env.sh for PHI4MM_IREE_COMPILER)")
+}
+
+/// The `iree-compile` children of this process compiling MLIR that holds `marker`.
+fn compiles_of(marker: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let parent = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1)?.parse::<u32>().ok());
+            if !stat.contains("(iree-compile)") || parent != Some(me) {
+                return false;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline
+                .split(|b| *b == 0)
+                .filter_map(|a| std::str::from_utf8(a).ok())
+                .filter(|a| a.ends_with(".mlir"))
+                .any(|a| {
+                    std::fs::read_to_string(PathBuf::from(a))
+                        .is_ok_and(|text| text.contains(marker))
+                })
+        })
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok()
+}
+
+/// SIGSTOP on the compiler child, as a deadlock would leave it: no CPU time from then on. The
+/// watchdog kills it after the stall limit and runs the compile again; that run is left alone,
+/// and its module runs right.
+#[test]
+fn a_compile_whose_compiler_stops_is_killed_and_run_again() {
+    let limit = Duration::from_secs(2);
+    let c = compiler().with_stall_limit(limit);
+    let stopped: Mutex<Option<u32>> = Mutex::new(None);
+    let retries: Mutex<Vec<(u32, String)>> = Mutex::new(Vec::new());
+    let (bytes, stopped_pid) = std::thread::scope(|s| {
+        let stopper = s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while Instant::now() < deadline {
+                if let Some(&pid) = compiles_of(MARKER).first() {
+                    let ok = Command::new("kill")
+                        .args(["-STOP", &pid.to_string()])
+                        .status()
+                        .unwrap()
+                        .success();
+                    assert!(ok, "kill -STOP {pid}");
+                    *stopped.lock().unwrap() = Some(pid);
+                    return pid;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            panic!("no iree-compile child compiling the test's MLIR appeared in 120 s");
+        });
+        let bytes = c.compile_reporting(MLIR, &|attempt, why| {
+            retries.lock().unwrap().push((attempt, why.to_owned()))
+        });
+        (bytes, stopper.join().unwrap())
+    });
+    let bytes = bytes.expect("the second run compiles");
+    let retries = retries.into_inner().unwrap();
+    assert_eq!(retries.len(), 1, "one retry: {retries:?}");
+    assert_eq!(retries[0].0, 2, "the retry is run 2: {retries:?}");
+    assert!(
+        retries[0].1.contains("no CPU time for 2.0 s"),
+        "the reason names the limit: {retries:?}"
+    );
+    assert!(
+        !alive(stopped_pid),
+        "the stopped compiler was killed and reaped"
+    );
+
+    let runtime = Runtime::new(DeviceSpec::local_sync()).unwrap();
+    let program = runtime.load_vmfb(&bytes).unwrap();
+    let f = program.function("module.main").unwrap();
+    let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
+    let xb = runtime.buffer_view(&[8], &x).unwrap();
+    let out: BufferView<f32> = f.invoke_one([&xb]).unwrap();
+    let want: Vec<f32> = x.iter().map(|v| v + v).collect();
+    assert_eq!(out.read().unwrap(), want);
+}
+
+/// A module the compiler rejects is an error carrying the compiler's own diagnostic, and nothing
+/// is retried: only a stall is.
+#[test]
+fn a_rejected_module_is_an_error_with_the_compilers_diagnostics() {
+    let bad =
+        "func.func @main(%x: tensor<8xf32>) -> tensor<4xf32> {\n  return %x : tensor<8xf32>\n}\n";
+    let retried = Mutex::new(0);
+    let err = compiler()
+        .compile_reporting(bad, &|_, _| *retried.lock().unwrap() += 1)
+        .expect_err("a return of the wrong type does not compile");
+    let IreeError::Compile(text) = &err else {
+        panic!("not a compile error: {err}");
+    };
+    assert!(text.contains("iree-compile failed"), "{text}");
+    assert!(
+        text.contains("error:"),
+        "the compiler's diagnostic is kept: {text}"
+    );
+    assert!(text.contains("return"), "{text}");
+    assert_eq!(*retried.lock().unwrap(), 0);
+}

@@ -42,12 +42,9 @@ use std::time::{Duration, SystemTime};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("artifact cache: {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    // Not a `source`: its text is in the message already.
+    #[error("artifact cache: {}: {cause}", path.display())]
+    Io { path: PathBuf, cause: io::Error },
     #[error("artifact cache: invalid entry name {0:?} (use ASCII letters, digits, '.', '_', '-')")]
     InvalidEntry(String),
     #[error("compiling {entry}: {message}")]
@@ -55,9 +52,9 @@ pub enum CacheError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> CacheError + '_ {
-    move |source| CacheError::Io {
+    move |cause| CacheError::Io {
         path: path.to_owned(),
-        source,
+        cause,
     }
 }
 

@@ -25,18 +25,11 @@ pub enum RequestError {
     Prompt(#[from] PromptError),
     #[error(transparent)]
     Limits(#[from] LimitError),
-    #[error("audio {index}: {source}")]
-    Audio {
-        index: usize,
-        #[source]
-        source: AudioError,
-    },
-    #[error("image {index}: {source}")]
-    Image {
-        index: usize,
-        #[source]
-        source: ImageError,
-    },
+    // The wrapped errors are not `source`s: their text is in the message already.
+    #[error("audio {index}: {cause}")]
+    Audio { index: usize, cause: AudioError },
+    #[error("image {index}: {cause}")]
+    Image { index: usize, cause: ImageError },
 }
 
 /// One encoded image → crops, masks and canvas for the vision tower.
@@ -74,15 +67,13 @@ fn media(
     let images = images
         .iter()
         .enumerate()
-        .map(|(index, b)| {
-            image_input(b, &io).map_err(|source| RequestError::Image { index, source })
-        })
+        .map(|(index, b)| image_input(b, &io).map_err(|cause| RequestError::Image { index, cause }))
         .collect::<Result<Vec<_>, _>>()?;
     // One rule for the request's audio totals (seconds and decoded samples, each clip charged
     // with what the earlier ones decoded): the front end's.
     let audios = features_for_request(audios, &ao)
         .map_err(|e| match e {
-            RequestAudioError::Clip { index, source } => RequestError::Audio { index, source },
+            RequestAudioError::Clip { index, cause } => RequestError::Audio { index, cause },
             RequestAudioError::Limit(e) => RequestError::Limits(e),
         })?
         .into_iter()
@@ -116,12 +107,12 @@ pub fn media_tokens(
     let mut tokens = 0usize;
     for (index, b) in images.iter().enumerate() {
         tokens += frontend::image::token_count_from_header(b, &io)
-            .map_err(|source| RequestError::Image { index, source })?;
+            .map_err(|cause| RequestError::Image { index, cause })?;
     }
     let mut seconds = 0.0;
     for (index, b) in audios.iter().enumerate() {
-        let header = frontend::audio::probe(b, &ao)
-            .map_err(|source| RequestError::Audio { index, source })?;
+        let header =
+            frontend::audio::probe(b, &ao).map_err(|cause| RequestError::Audio { index, cause })?;
         let rate = header.sample_rate;
         let samples = header.frames.unwrap_or_else(|| ao.max_frames(rate));
         ao.request_samples_used = ao.request_samples_used.saturating_add(samples);

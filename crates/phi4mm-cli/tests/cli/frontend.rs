@@ -169,6 +169,13 @@ fn errors_go_to_stderr_with_a_nonzero_exit() {
             "--out".into(),
             tmp("z.safetensors").display().to_string(),
         ],
+        vec![
+            "generate".into(),
+            "--model".into(),
+            "/nonexistent-checkpoint".into(),
+            "--prompt".into(),
+            "hi".into(),
+        ],
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_phi4mm"))
             .args(&args)
@@ -178,6 +185,14 @@ fn errors_go_to_stderr_with_a_nonzero_exit() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
         assert!(output.stdout.is_empty());
+        // Each cause is said once: an error whose text holds its cause does not also chain it.
+        let parts: Vec<&str> = stderr.trim_end().split(": ").collect();
+        for (i, part) in parts.iter().enumerate() {
+            assert!(
+                !parts[i + 1..].contains(part),
+                "{args:?}: `{part}` is said twice: {stderr}"
+            );
+        }
     }
     std::fs::remove_file(file).ok();
 }

@@ -144,12 +144,9 @@ pub fn features_from_samples(
 /// A failure in one of a request's clips, or in the request's audio totals.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestAudioError {
-    #[error("audio {index}: {source}")]
-    Clip {
-        index: usize,
-        #[source]
-        source: AudioError,
-    },
+    // Not a `source`: its text is in the message already.
+    #[error("audio {index}: {cause}")]
+    Clip { index: usize, cause: AudioError },
     #[error(transparent)]
     Limit(#[from] crate::limits::LimitError),
 }
@@ -168,7 +165,7 @@ pub fn features_for_request(
     let mut out = Vec::with_capacity(clips.len());
     for (index, clip) in clips.iter().enumerate() {
         let features = features_from_bytes(clip, &options)
-            .map_err(|source| RequestAudioError::Clip { index, source })?;
+            .map_err(|cause| RequestAudioError::Clip { index, cause })?;
         options.request_samples_used = options
             .request_samples_used
             .saturating_add(features.samples);

@@ -629,7 +629,7 @@ fn the_request_sample_total_is_enforced_clip_by_clip() {
     match &err {
         RequestAudioError::Clip {
             index: 2,
-            source:
+            cause:
                 AudioError::TooManySamples {
                     got: 144_000,
                     limit: 100_000,
@@ -651,7 +651,7 @@ fn the_request_sample_total_is_enforced_clip_by_clip() {
     match err {
         RequestAudioError::Clip {
             index: 2,
-            source:
+            cause:
                 AudioError::TooManySamples {
                     got,
                     which: SampleLimit::PerRequest,

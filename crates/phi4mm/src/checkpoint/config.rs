@@ -153,13 +153,13 @@ impl ModelConfig {
 }
 
 pub(crate) fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io {
+    let text = std::fs::read_to_string(path).map_err(|cause| CheckpointError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
-    serde_json::from_str(&text).map_err(|source| CheckpointError::Json {
+    serde_json::from_str(&text).map_err(|cause| CheckpointError::Json {
         path: path.to_path_buf(),
-        source,
+        cause,
     })
 }
 

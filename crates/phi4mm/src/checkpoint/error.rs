@@ -1,21 +1,21 @@
 //! Typed checkpoint errors. Every variant names the file, key or tensor at fault so that an
-//! operator can fix the checkpoint without reading code.
+//! operator can fix the checkpoint without reading code. Each message is complete on its own: a
+//! wrapped error's text is part of it, and the wrapped error is not also a `source`, so a printer
+//! that walks sources (`{:#}` in the tool) does not print it twice.
 
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{path}: invalid JSON: {source}")]
+    #[error("{path}: invalid JSON: {cause}")]
     Json {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     #[error("config key `{key}`: {reason}")]
     InvalidConfig { key: String, reason: String },

@@ -215,9 +215,9 @@ fn bad_header(path: &Path, reason: impl Into<String>) -> CheckpointError {
 /// Maps one safetensors file and returns its tensors by stored name (sorted). Checks the header
 /// against the file size so that a truncated shard is reported with the first tensor it cuts.
 pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
-    let io = |source| CheckpointError::Io {
+    let io = |cause| CheckpointError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
     let file = File::open(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len() as usize;

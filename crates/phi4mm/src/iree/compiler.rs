@@ -6,7 +6,7 @@
 //! (IREE's global shutdown cannot be undone), so the loaded library is a process-wide handle
 //! ([`IreeCompiler::library`]). An [`IreeCompiler`] value is that handle plus a target
 //! ([`CompileTarget`]: the local CPU, or CUDA), cheap to create in any number. Modules are compiled
-//! by the driver in a child process, watched for stalls ([`driver`]).
+//! by the driver in a child process, watched for stalls (`compiler/driver.rs`).
 
 mod driver;
 
@@ -297,7 +297,7 @@ impl IreeCompiler {
         self.compile_reporting(mlir, &|_, _| {})
     }
 
-    /// Compiles MLIR text to a VM flatbuffer module in an `iree-compile` child ([`driver`]). A
+    /// Compiles MLIR text to a VM flatbuffer module in an `iree-compile` child (`driver.rs`). A
     /// run that stalls is killed and run again, up to [`ATTEMPTS`] runs; before each new run
     /// `retrying(attempt, why)` is told.
     ///

@@ -4,8 +4,9 @@
 #
 # - libclang-dev (Debian): bindgen, for eerie-sys's vendored IREE runtime;
 # - a venv (.venv-iree) with cmake 3.31.10 (Debian 12 has 3.25; the runtime needs >= 3.26) and
-#   iree-base-compiler 3.13.0: libIREECompiler.so, which the plugin loads for its identity, and
-#   the iree-compile driver beside it, which the plugin runs to compile.
+#   iree-base-compiler 3.13.0: libIREECompiler.so and the iree-compile driver beside it, which
+#   the plugin runs (in a child process) to compile; the library's sha256 and the driver's
+#   --version are part of every module's cache identity.
 #
 # Exports CMAKE (cmake-rs honours it) and PHI4MM_IREE_COMPILER (the compiler library).
 _iree_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -4,9 +4,10 @@
 # `.gpu-pack/`, git-ignored) that `scripts/gpu/run.sh` uses there:
 #
 #   - the `phi4mm` tool and the phi4mm test binary, built here with `--features cuda`;
-#   - the IREE compiler library, stripped and xz-compressed, and its `iree-compile` driver: the
-#     GPU machine compiles nothing, but every module's cache key holds the library's sha256, so
-#     the very file must be there, and the plugin refuses a library without its driver;
+#   - the IREE compiler library, stripped and xz-compressed, and its `iree-compile` driver and
+#     `iree-lld` linker: the GPU machine compiles nothing, but every module's cache key holds the
+#     library's sha256 and the driver's `--version`, so the very files must be there, and the
+#     plugin refuses a library without its tools;
 #   - artifact caches warmed here with `phi4mm cache warm --iree-device cuda` (this machine needs
 #     no GPU for it): the fixture's modules where the test binary looks for them, and the
 #     benchmark checkpoints' at bench-batch's context (their weights are written there anew).
@@ -33,6 +34,7 @@ for line in sys.stdin:
 lib="$out/libIREECompiler.so"
 strip -o "$lib" "$PHI4MM_IREE_COMPILER"
 cp "$(dirname "$PHI4MM_IREE_COMPILER")/iree-compile" "$out/iree-compile"
+cp "$(dirname "$PHI4MM_IREE_COMPILER")/iree-lld" "$out/iree-lld"
 export PHI4MM_IREE_COMPILER="$PWD/$lib"
 phi4mm=target/release/phi4mm
 tmp=target/tmp
@@ -52,7 +54,7 @@ done
 xz -9 -T0 -f "$lib"
 strip -o "$out/phi4mm" "$phi4mm"
 strip -o "$out/phi4mm-tests" "$tests"
-xz -9 -T0 -f "$out/phi4mm" "$out/phi4mm-tests" "$out/iree-compile"
+xz -9 -T0 -f "$out/phi4mm" "$out/phi4mm-tests" "$out/iree-compile" "$out/iree-lld"
 # Where the test binary looks for its cache: this checkout's path, compiled in.
 echo "$PWD" >"$out/root"
 tar -cJf "$out/caches.tar.xz" "$tmp/iree-cache" "$out/cache-bench"

@@ -18,7 +18,7 @@ mkdir -p "$out" /tmp/switchyard-gpu
 python3 - "$pack" <<'PY'
 import lzma, os, shutil, sys, tarfile
 pack, bin_dir = sys.argv[1], "/tmp/switchyard-gpu"
-for name in ["libIREECompiler.so", "iree-compile", "phi4mm", "phi4mm-tests"]:
+for name in ["libIREECompiler.so", "iree-compile", "iree-lld", "phi4mm", "phi4mm-tests"]:
     with lzma.open(f"{pack}/{name}.xz") as f, open(f"{bin_dir}/{name}", "wb") as g:
         shutil.copyfileobj(f, g, 1 << 24)
     os.chmod(f"{bin_dir}/{name}", 0o755)

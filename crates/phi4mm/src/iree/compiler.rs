@@ -1,15 +1,19 @@
 //! The IREE compiler: `libIREECompiler.so` from iree-base-compiler, and the `iree-compile` driver
 //! beside it.
 //!
-//! The library is loaded in this process through eerie, which finds it and reads its revision
-//! (part of every module's cache identity). eerie can load one compiler library per process, ever
-//! (IREE's global shutdown cannot be undone), so the loaded library is a process-wide handle
-//! ([`IreeCompiler::library`]). An [`IreeCompiler`] value is that handle plus a target
-//! ([`CompileTarget`]: the local CPU, or CUDA), cheap to create in any number. Modules are compiled
-//! by the driver in a child process, watched for stalls (`compiler/driver.rs`).
+//! Modules are compiled by the driver in a child process, watched for stalls
+//! (`compiler/driver.rs`). The library itself is never loaded into this process: the driver
+//! loads it, and its revision (part of every module's cache identity) comes from
+//! `iree-compile --version`. Loaded here, it would add about 68 MB of resident memory to a serving
+//! process that never calls it, and it could be loaded only once per process (IREE's global
+//! shutdown cannot be undone), so a reload could not move to another compiler. An
+//! [`IreeCompiler`] value is an installation ([`CompilerLibrary`]) plus a target
+//! ([`CompileTarget`]: the local CPU, or CUDA), cheap to create in any number.
 
+mod discovery;
 mod driver;
 
+pub use discovery::{PACKAGE_VERSION, PYTHON_ENV};
 pub use driver::{ATTEMPTS, STALL_LIMIT};
 
 use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIdentity};
@@ -17,7 +21,7 @@ use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIden
 use super::error::{IreeError, Result};
 use sha2::Digest as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use driver::{Driver, RunFailure};
@@ -37,11 +41,10 @@ fn extra_flags_from_env() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The compiler library loaded in this process.
+/// An IREE compiler installation: the library and the driver that compiles with it.
 #[derive(Debug)]
 pub struct CompilerLibrary {
-    /// Kept loaded: eerie cannot load a library twice in one process.
-    _compiler: eerie::compiler::Compiler,
+    /// The library, canonical.
     path: PathBuf,
     version: String,
     driver: Driver,
@@ -52,7 +55,7 @@ impl CompilerLibrary {
         &self.path
     }
 
-    /// The compiler's revision string, e.g. `3.13.0rc20261016`.
+    /// The compiler's revision, e.g. `3.13.0rc20261016 @ 89ece87…`.
     pub fn version(&self) -> &str {
         &self.version
     }
@@ -63,14 +66,20 @@ impl CompilerLibrary {
     }
 }
 
-static LIBRARY: OnceLock<CompilerLibrary> = OnceLock::new();
-static LOADING: Mutex<()> = Mutex::new(());
+/// The installations found so far, by canonical library path: each is asked for its revision
+/// once per process.
+static FOUND: Mutex<Vec<Arc<CompilerLibrary>>> = Mutex::new(Vec::new());
 
-/// Where to find the compiler library, in order of preference.
-fn locate(explicit: Option<&Path>) -> Option<PathBuf> {
-    explicit
+/// Where to find the compiler library, in order of preference: `explicit`, then
+/// [`COMPILER_ENV`], then the active Python's iree-base-compiler ([`discovery`]).
+fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
+    match explicit
         .map(Path::to_owned)
         .or_else(|| std::env::var_os(COMPILER_ENV).map(PathBuf::from))
+    {
+        Some(path) => Ok(path),
+        None => discovery::library_of_active_python(),
+    }
 }
 
 /// What the modules are compiled for: chosen by the device they will run on.
@@ -144,7 +153,7 @@ const TUNING_SPEC: &str = "--iree-codegen-tuning-spec-path";
 /// A compiler for one target: the process's compiler library plus the target's flags.
 #[derive(Debug, Clone)]
 pub struct IreeCompiler {
-    library: &'static CompilerLibrary,
+    library: Arc<CompilerLibrary>,
     target: CompileTarget,
     flags: Vec<String>,
     /// A transform-dialect tuning spec (MLIR text) handed to the compiler as a file.
@@ -154,46 +163,30 @@ pub struct IreeCompiler {
 }
 
 impl IreeCompiler {
-    /// Loads (once per process) the compiler library: `library` if given, else
-    /// `$PHI4MM_IREE_COMPILER`, else eerie's discovery through the active Python's
-    /// iree-base-compiler. Asking for a different library after one is loaded is an error.
-    pub fn library(library: Option<&Path>) -> Result<&'static CompilerLibrary> {
-        let requested = locate(library);
-        let _guard = LOADING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(loaded) = LIBRARY.get() {
-            if let Some(req) = &requested {
-                let req = req
-                    .canonicalize()
-                    .map_err(|cause| IreeError::CompilerPath {
-                        path: req.clone(),
-                        cause,
-                    })?;
-                let loaded_path = loaded.path.canonicalize().unwrap_or(loaded.path.clone());
-                if req != loaded_path {
-                    return Err(IreeError::CompilerAlreadyLoaded {
-                        loaded: loaded.path.clone(),
-                        requested: req,
-                    });
-                }
-            }
-            return Ok(loaded);
+    /// The compiler installation of `library` if given, else of `$PHI4MM_IREE_COMPILER`, else
+    /// of the active Python's iree-base-compiler: its library, the driver beside it, and its
+    /// revision.
+    pub fn library(library: Option<&Path>) -> Result<Arc<CompilerLibrary>> {
+        let requested = locate(library)?;
+        let path = requested
+            .canonicalize()
+            .map_err(|cause| IreeError::CompilerPath {
+                path: requested.clone(),
+                cause,
+            })?;
+        let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = found.iter().find(|known| known.path == path) {
+            return Ok(known.clone());
         }
-        let compiler = match &requested {
-            Some(p) => eerie::compiler::Compiler::with_library(p),
-            None => eerie::compiler::Compiler::new(),
-        }
-        .map_err(|e| IreeError::CompilerLoad(e.to_string()))?;
-        let version = compiler
-            .get_revision()
-            .map_err(|e| IreeError::CompilerRevision(e.to_string()))?;
-        let path = compiler.library_path().to_owned();
         let driver = Driver::beside(&path)?;
-        Ok(LIBRARY.get_or_init(|| CompilerLibrary {
-            _compiler: compiler,
+        let version = driver.version()?;
+        let installation = Arc::new(CompilerLibrary {
             path,
             version,
             driver,
-        }))
+        });
+        found.push(installation.clone());
+        Ok(installation)
     }
 
     /// A compiler for the local llvm-cpu backend and `target_cpu` (`host`, `generic`, or an
@@ -271,8 +264,8 @@ impl IreeCompiler {
         &self.flags
     }
 
-    pub fn library_info(&self) -> &'static CompilerLibrary {
-        self.library
+    pub fn library_info(&self) -> &CompilerLibrary {
+        &self.library
     }
 
     /// The compiler identity recorded in the cache: library sha256 (memoized in the cache dir),

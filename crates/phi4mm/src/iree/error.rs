@@ -31,23 +31,29 @@ pub enum IreeError {
         path: PathBuf,
         cause: std::io::Error,
     },
+    /// No compiler named and none found in the active Python (the details say why).
     #[error(
-        "IREE compiler {} is already loaded in this process; cannot also load {}",
-        loaded.display(),
-        requested.display()
+        "no IREE compiler found ({0}): set `iree.compiler` (or PHI4MM_IREE_COMPILER) to a \
+         libIREECompiler.so with iree-compile beside it, or install iree-base-compiler=={pkg} \
+         into the active Python",
+        pkg = crate::iree::compiler::PACKAGE_VERSION
     )]
-    CompilerAlreadyLoaded { loaded: PathBuf, requested: PathBuf },
-    #[error("loading the IREE compiler: {0}")]
-    CompilerLoad(String),
+    CompilerNotFound(String),
     #[error("IREE compiler revision: {0}")]
     CompilerRevision(String),
+    /// A tool of the installation is missing: `iree-compile` (the driver), or `iree-lld` (the
+    /// linker the driver runs for every CPU module).
     #[error(
-        "IREE compiler driver {} not found: iree-base-compiler ships it beside {}; install it \
+        "IREE compiler tool {} not found: iree-base-compiler ships {tool} beside {}; install it \
          with the library",
         path.display(),
         library.display()
     )]
-    CompilerDriver { path: PathBuf, library: PathBuf },
+    CompilerTool {
+        tool: &'static str,
+        path: PathBuf,
+        library: PathBuf,
+    },
     /// The compiler refused a module or crashed (its diagnostics).
     #[error("{0}")]
     Compile(String),

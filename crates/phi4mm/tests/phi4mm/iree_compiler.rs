@@ -1,5 +1,6 @@
 //! The compiler driver with the real `iree-compile`: a compile whose compiler stops using the CPU
-//! is killed and run again, and a module the compiler rejects comes back with its diagnostics.
+//! is killed and run again, a module the compiler rejects comes back with its diagnostics, and an
+//! installation is run, never loaded into this process.
 //!
 //! Needs the toolchain: `. scripts/iree-env.sh` (exports PHI4MM_IREE_COMPILER).
 
@@ -138,4 +139,78 @@ fn a_rejected_module_is_an_error_with_the_compilers_diagnostics() {
     );
     assert!(text.contains("return"), "{text}");
     assert_eq!(*retried.lock().unwrap(), 0);
+}
+
+/// `main(x) = x + x`, compiled by the installations of the test below.
+const PLAIN: &str = r#"
+func.func @main(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.add %x, %x : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"#;
+
+/// The compiler is found, asked for its revision and run without its library ever being loaded
+/// into this process (a server would carry about 68 MB of it for nothing), so one process may use
+/// two installations. An installation is the library with `iree-compile` and `iree-lld` beside
+/// it; one without its linker is refused up front, naming it, instead of failing every CPU
+/// compile at the link.
+#[test]
+fn installations_are_run_not_loaded_and_need_their_tools() {
+    use switchyard_phi4mm::iree::compiler::PACKAGE_VERSION;
+    let first = compiler();
+    let info = first.library_info();
+    let (release, commit) = info
+        .version()
+        .split_once(" @ ")
+        .unwrap_or_else(|| panic!("revision {:?}", info.version()));
+    assert!(release.starts_with(PACKAGE_VERSION), "{release}");
+    assert!(
+        commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "{commit}"
+    );
+    first
+        .compile(PLAIN)
+        .expect("the first installation compiles");
+
+    // A second installation: the same three files, linked into a directory of their own.
+    let source = info.path().parent().unwrap().to_owned();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for name in ["libIREECompiler.so", "iree-compile", "iree-lld"] {
+        let to = dir.path().join(name);
+        if std::fs::hard_link(source.join(name), &to).is_err() {
+            std::fs::copy(source.join(name), &to).unwrap();
+        }
+    }
+    let library = dir.path().join("libIREECompiler.so");
+    let second = IreeCompiler::new(Some(&library), "host").expect("a second installation");
+    assert_eq!(
+        second.library_info().driver(),
+        dir.path().join("iree-compile")
+    );
+    assert_eq!(second.library_info().version(), info.version());
+    second
+        .compile(PLAIN)
+        .expect("the second installation compiles");
+
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    assert!(
+        !maps.contains("libIREECompiler"),
+        "the compiler library is mapped into the test process"
+    );
+
+    // Without its linker, an installation is refused by name.
+    let bare = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for name in ["libIREECompiler.so", "iree-compile"] {
+        let to = bare.path().join(name);
+        if std::fs::hard_link(dir.path().join(name), &to).is_err() {
+            std::fs::copy(dir.path().join(name), &to).unwrap();
+        }
+    }
+    let err = IreeCompiler::new(Some(&bare.path().join("libIREECompiler.so")), "host")
+        .expect_err("an installation without iree-lld");
+    let IreeError::CompilerTool { tool, .. } = &err else {
+        panic!("not a missing tool: {err}");
+    };
+    assert_eq!(*tool, "iree-lld");
+    assert!(err.to_string().contains("iree-lld"), "{err}");
 }

@@ -35,6 +35,21 @@ pub const ATTEMPTS: u32 = 3;
 /// The driver's file name, in the compiler library's directory.
 const DRIVER: &str = "iree-compile";
 
+/// The linker the driver runs for every CPU module (it looks beside itself first; a compile
+/// without it fails at the link, after all the codegen).
+const LINKER: &str = "iree-lld";
+
+/// What precedes the revision in `iree-compile --version`.
+const VERSION_LINE: &str = "IREE compiler version";
+
+/// The revision in the output of `iree-compile --version`.
+fn revision_of(version_output: &str) -> Option<String> {
+    version_output.lines().find_map(|line| {
+        let revision = line.trim().strip_prefix(VERSION_LINE)?.trim();
+        (!revision.is_empty()).then(|| revision.to_owned())
+    })
+}
+
 /// How much of the driver's diagnostics an error keeps: the end, where the failure is.
 const STDERR_TAIL: usize = 16 * 1024;
 
@@ -54,21 +69,55 @@ pub enum RunFailure {
 }
 
 impl Driver {
-    /// The driver beside `library`; an error if it is not there.
+    /// The driver beside `library`; an error if it, or the linker it runs, is not there.
     pub fn beside(library: &Path) -> Result<Self> {
-        let path = library.parent().unwrap_or(Path::new(".")).join(DRIVER);
-        if path.is_file() {
-            Ok(Driver { path })
-        } else {
-            Err(IreeError::CompilerDriver {
-                path,
-                library: library.to_owned(),
-            })
+        let dir = library.parent().unwrap_or(Path::new("."));
+        for tool in [DRIVER, LINKER] {
+            let path = dir.join(tool);
+            if !path.is_file() {
+                return Err(IreeError::CompilerTool {
+                    tool,
+                    path,
+                    library: library.to_owned(),
+                });
+            }
         }
+        Ok(Driver {
+            path: dir.join(DRIVER),
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The compiler's revision, as `iree-compile --version` prints it after "IREE compiler
+    /// version" (`3.13.0rc20261016 @ 89ece87…`): the same string the library's
+    /// `ireeCompilerGetRevision` answers, so module caches keyed by it before stay valid.
+    pub fn version(&self) -> Result<String> {
+        let failed = |why: String| {
+            IreeError::CompilerRevision(format!("{} --version: {why}", self.path.display()))
+        };
+        let output = Command::new(&self.path)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| failed(e.to_string()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(failed(format!(
+                "{}: {}",
+                describe(output.status),
+                stderr.trim_end()
+            )));
+        }
+        revision_of(&stdout).ok_or_else(|| {
+            failed(format!(
+                "no \"{VERSION_LINE}\" line in its output: {}",
+                stdout.trim_end()
+            ))
+        })
     }
 
     /// Compiles `mlir` with `flags` (and a tuning spec's text, if any) to a VM flatbuffer. Every
@@ -235,6 +284,23 @@ fn die_with_parent(command: &mut Command) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_revision_is_read_from_the_version_output() {
+        // iree-base-compiler 3.13.0's `iree-compile --version`, verbatim.
+        let output = "IREE (https://iree.dev):\n  IREE compiler version 3.13.0rc20261016 @ \
+                      89ece87b89852100c0a4ac3d515e14842d090967\n  LLVM version 24.0.0git\n  \
+                      Optimized build\n";
+        assert_eq!(
+            revision_of(output).as_deref(),
+            Some("3.13.0rc20261016 @ 89ece87b89852100c0a4ac3d515e14842d090967")
+        );
+        assert_eq!(
+            revision_of("IREE (https://iree.dev):\n  LLVM version 24\n"),
+            None
+        );
+        assert_eq!(revision_of("IREE compiler version   \n"), None);
+    }
 
     /// A child that sleeps uses no CPU time: the watchdog kills it after the limit, long before it
     /// would have ended.

@@ -4,10 +4,10 @@
 //! Modules are compiled by the driver in a child process, watched for stalls
 //! (`compiler/driver.rs`). The library itself is never loaded into this process: the driver
 //! loads it, and its revision (part of every module's cache identity) comes from
-//! `iree-compile --version`. Loaded here, it would add about 68 MB of resident memory to a serving
-//! process that never calls it, and it could be loaded only once per process (IREE's global
-//! shutdown cannot be undone), so a reload could not move to another compiler. An
-//! [`IreeCompiler`] value is an installation ([`CompilerLibrary`]) plus a target
+//! `iree-compile --version`. Loaded here, it added 56 MB of resident memory to a serving
+//! process that never called it (`docs/benchmarks.md`), and it could be loaded only once per
+//! process (IREE's global shutdown cannot be undone), so a reload could not move to another
+//! compiler. An [`IreeCompiler`] value is an installation ([`CompilerLibrary`]) plus a target
 //! ([`CompileTarget`]: the local CPU, or CUDA), cheap to create in any number.
 
 mod discovery;
@@ -150,7 +150,7 @@ const MATVEC_CPU_SPEC: &str = include_str!("tuning/matvec_cpu.mlir");
 const REASSOCIATE: &str = "--iree-llvmcpu-reassociate-fp-reductions";
 const TUNING_SPEC: &str = "--iree-codegen-tuning-spec-path";
 
-/// A compiler for one target: the process's compiler library plus the target's flags.
+/// A compiler for one target: an installation plus the target's flags.
 #[derive(Debug, Clone)]
 pub struct IreeCompiler {
     library: Arc<CompilerLibrary>,

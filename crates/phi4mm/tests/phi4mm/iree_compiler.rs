@@ -150,7 +150,7 @@ func.func @main(%x: tensor<8xf32>) -> tensor<8xf32> {
 "#;
 
 /// The compiler is found, asked for its revision and run without its library ever being loaded
-/// into this process (a server would carry about 68 MB of it for nothing), so one process may use
+/// into this process (a server carried 56 MB of it for nothing), so one process may use
 /// two installations. An installation is the library with `iree-compile` and `iree-lld` beside
 /// it; one without its linker is refused up front, naming it, instead of failing every CPU
 /// compile at the link.

@@ -210,6 +210,14 @@ fn manifests_agree_with_the_server_config_and_each_other() {
         let dir = path.parent().unwrap().display().to_string();
         assert!(containerfile.contains(&format!("{dir}/")), "{dir}");
     }
+    // Beside the compiler library, the image holds the two tools the plugin runs (and refuses
+    // an installation without): the driver, and the linker every CPU module needs.
+    for tool in ["iree-compile", "iree-lld"] {
+        assert!(
+            containerfile.contains(&format!("$PHI4MM_IREE_COMPILER\")/{tool}\"")),
+            "deploy/Containerfile does not copy {tool} beside the compiler library"
+        );
+    }
     // The admin token comes from the Secret, as the env override of server.admin_token.
     let env = container["env"].as_array().unwrap();
     let token = env

@@ -64,6 +64,10 @@ pub struct IreeArgs {
     /// plugin's, `sm_80`, which runs on Ampere and every later GPU).
     #[arg(long)]
     pub iree_cuda_target: Option<String>,
+    /// Longest one module's compile may run before it is killed (default: the plugin's
+    /// `iree.compile_timeout_secs`, 3600).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub iree_compile_timeout_secs: Option<u64>,
 }
 
 impl IreeArgs {
@@ -79,6 +83,9 @@ impl IreeArgs {
                 .iree_cuda_target
                 .clone()
                 .unwrap_or_else(|| IreeSettings::default().cuda_target),
+            compile_timeout_secs: self
+                .iree_compile_timeout_secs
+                .unwrap_or_else(|| IreeSettings::default().compile_timeout_secs),
             ..IreeSettings::default()
         }
     }

@@ -70,6 +70,11 @@ pub struct IreeSettings {
     /// iree-base-compiler of the active Python.
     #[serde(default)]
     pub compiler: Option<PathBuf>,
+    /// How long one module's compile may run before it is killed and the instance fails to start
+    /// (a compile that keeps computing without end; a deadlocked one is caught sooner by the stall
+    /// limit). Default [`DEFAULT_COMPILE_TIMEOUT_SECS`].
+    #[serde(default = "default_compile_timeout_secs")]
+    pub compile_timeout_secs: u64,
 }
 
 #[cfg(feature = "iree")]
@@ -94,6 +99,7 @@ impl Default for IreeSettings {
             context: None,
             prefill_chunk: default_iree_prefill_chunk(),
             compiler: None,
+            compile_timeout_secs: default_compile_timeout_secs(),
         }
     }
 }
@@ -109,6 +115,12 @@ fn default_cuda_target() -> String {
 }
 fn default_iree_prefill_chunk() -> usize {
     64
+}
+/// The default of `iree.compile_timeout_secs`, the compiler's time limit
+/// (`iree::compiler::TIME_LIMIT`).
+pub const DEFAULT_COMPILE_TIMEOUT_SECS: u64 = 3600;
+fn default_compile_timeout_secs() -> u64 {
+    DEFAULT_COMPILE_TIMEOUT_SECS
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -216,6 +228,9 @@ impl Phi4mmSettings {
         if self.iree.prefill_chunk == 0 || self.iree.context == Some(0) {
             return Err(SettingsError::NoIreeShape);
         }
+        if self.iree.compile_timeout_secs == 0 {
+            return Err(SettingsError::NoCompileTime);
+        }
         Ok(())
     }
 }
@@ -233,6 +248,8 @@ pub enum SettingsError {
     NoChunkOrBudget,
     #[error("iree.context and iree.prefill_chunk must be at least 1")]
     NoIreeShape,
+    #[error("iree.compile_timeout_secs must be at least 1")]
+    NoCompileTime,
 }
 
 #[cfg(test)]
@@ -265,6 +282,24 @@ mod tests {
         let s: Phi4mmSettings =
             toml_like(r#"{"checkpoint": "m", "slots": 0, "resample": "reference"}"#).unwrap();
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn the_compile_time_limit_defaults_to_an_hour_and_is_at_least_a_second() {
+        let s = toml_like(r#"{"checkpoint": "m"}"#).unwrap();
+        assert_eq!(s.iree.compile_timeout_secs, 3600);
+        assert_eq!(s.validate(), Ok(()));
+        let s =
+            toml_like(r#"{"checkpoint": "m", "iree": {"compile_timeout_secs": 7200}}"#).unwrap();
+        assert_eq!(s.iree.compile_timeout_secs, 7200);
+        let s = toml_like(r#"{"checkpoint": "m", "iree": {"compile_timeout_secs": 0}}"#).unwrap();
+        let err = s.validate().unwrap_err();
+        assert_eq!(err, SettingsError::NoCompileTime);
+        assert!(
+            err.to_string().contains("iree.compile_timeout_secs"),
+            "{err}"
+        );
+        assert!(toml_like(r#"{"checkpoint": "m", "iree": {"compile_timeout_secs": -1}}"#).is_err());
     }
 
     #[test]

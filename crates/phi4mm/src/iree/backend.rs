@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::adapter::AudioBranch;
 use crate::checkpoint::Checkpoint;
@@ -64,7 +65,8 @@ fn context(settings: &IreeSettings, progress: Progress) -> Result<IreeContext> {
         })?
         .with_progress(progress);
     let compiler =
-        IreeCompiler::for_target(settings.compiler.as_deref(), settings.compile_target())?;
+        IreeCompiler::for_target(settings.compiler.as_deref(), settings.compile_target())?
+            .with_time_limit(Duration::from_secs(settings.compile_timeout_secs));
     IreeContext::new(Arc::new(cache), compiler, &settings.device)
 }
 

@@ -1,8 +1,8 @@
 //! The IREE compiler: `libIREECompiler.so` from iree-base-compiler, and the `iree-compile` driver
 //! beside it.
 //!
-//! Modules are compiled by the driver in a child process, watched for stalls
-//! (`compiler/driver.rs`). The library itself is never loaded into this process: the driver
+//! Modules are compiled by the driver in a child process, watched for stalls and held to a time
+//! limit (`compiler/driver.rs`). The library itself is never loaded into this process: the driver
 //! loads it, and its revision (part of every module's cache identity) comes from
 //! `iree-compile --version`. Loaded here, it added 56 MB of resident memory to a serving
 //! process that never called it (`docs/benchmarks.md`), and it could be loaded only once per
@@ -14,7 +14,7 @@ mod discovery;
 mod driver;
 
 pub use discovery::{PACKAGE_VERSION, PYTHON_ENV};
-pub use driver::{ATTEMPTS, STALL_LIMIT};
+pub use driver::{ATTEMPTS, STALL_LIMIT, TIME_LIMIT};
 
 use artifact_cache::{resolve_target_cpu, ArtifactCache, CacheError, CompilerIdentity};
 
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use driver::{Driver, RunFailure};
+use driver::{Driver, RunFailure, RunLimits};
 
 /// Environment variable naming the compiler library (set by `scripts/iree-env.sh`).
 pub const COMPILER_ENV: &str = "PHI4MM_IREE_COMPILER";
@@ -158,8 +158,8 @@ pub struct IreeCompiler {
     flags: Vec<String>,
     /// A transform-dialect tuning spec (MLIR text) handed to the compiler as a file.
     tuning_spec: Option<&'static str>,
-    /// How long a compile may use no CPU time before it is killed ([`STALL_LIMIT`]).
-    stall_limit: Duration,
+    /// How long a compile may use no CPU time, and how long it may run, before it is killed.
+    limits: RunLimits,
 }
 
 impl IreeCompiler {
@@ -208,7 +208,7 @@ impl IreeCompiler {
             flags,
             target,
             tuning_spec: None,
-            stall_limit: STALL_LIMIT,
+            limits: RunLimits::default(),
         })
     }
 
@@ -250,7 +250,14 @@ impl IreeCompiler {
 
     /// The same compiler with another stall limit (tests: [`STALL_LIMIT`] is a minute).
     pub fn with_stall_limit(mut self, limit: Duration) -> Self {
-        self.stall_limit = limit;
+        self.limits.stall = limit;
+        self
+    }
+
+    /// The same compiler with another limit on one compile's running time (`iree.compile_timeout_secs`;
+    /// default [`TIME_LIMIT`]).
+    pub fn with_time_limit(mut self, limit: Duration) -> Self {
+        self.limits.time = limit;
         self
     }
 
@@ -292,7 +299,8 @@ impl IreeCompiler {
 
     /// Compiles MLIR text to a VM flatbuffer module in an `iree-compile` child (`driver.rs`). A
     /// run that stalls is killed and run again, up to [`ATTEMPTS`] runs; before each new run
-    /// `retrying(attempt, why)` is told.
+    /// `retrying(attempt, why)` is told. A run that reaches the time limit is killed and is an
+    /// error at once: unlike the deadlock, a compile that computes that long would do so again.
     ///
     /// With `PHI4MM_IREE_DUMP_DIR` set, the MLIR text is also written there as `<sha256>.mlir`,
     /// with the compile's flags beside it (`<sha256>.flags`, one per line; a tuning spec as
@@ -310,14 +318,20 @@ impl IreeCompiler {
                 let why = format!(
                     "the IREE compiler used no CPU time for {:.1} s (the stall limit) and was \
                      killed",
-                    self.stall_limit.as_secs_f64()
+                    self.limits.stall.as_secs_f64()
                 );
                 retrying(attempt, &why);
             }
-            match driver.run(mlir, &self.flags, self.tuning_spec, self.stall_limit) {
+            match driver.run(mlir, &self.flags, self.tuning_spec, self.limits) {
                 Ok(module) => return Ok(module),
                 Err(RunFailure::Failed(diagnostics)) => {
                     return Err(IreeError::Compile(diagnostics))
+                }
+                Err(RunFailure::TimedOut) => {
+                    return Err(IreeError::CompileTimedOut {
+                        driver: driver.path().to_owned(),
+                        limit_s: self.limits.time.as_secs_f64(),
+                    })
                 }
                 Err(RunFailure::Stalled) => {}
             }
@@ -325,7 +339,7 @@ impl IreeCompiler {
         Err(IreeError::CompilerStalled {
             driver: driver.path().to_owned(),
             attempts: ATTEMPTS,
-            limit_s: self.stall_limit.as_secs_f64(),
+            limit_s: self.limits.stall.as_secs_f64(),
         })
     }
 

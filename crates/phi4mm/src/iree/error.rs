@@ -68,6 +68,13 @@ pub enum IreeError {
         attempts: u32,
         limit_s: f64,
     },
+    #[error(
+        "the IREE compiler ({}) ran for {limit_s:.1} s, the compile time limit \
+         (iree.compile_timeout_secs), and was killed; raise the limit for a very large module on \
+         a slow machine (\"a compile that never ends\" in docs/operations.md)",
+        driver.display()
+    )]
+    CompileTimedOut { driver: PathBuf, limit_s: f64 },
     #[error(transparent)]
     ImageShape(#[from] ImageShapeError),
     #[error("audio features shape: {values} values for {frames} frames of {width}")]

@@ -1,5 +1,5 @@
 //! The compiler driver with the real `iree-compile`: a compile whose compiler stops using the CPU
-//! is killed and run again, a module the compiler rejects comes back with its diagnostics, and an
+//! is killed and run again, one that runs past the time limit is killed and is an error, a module the compiler rejects comes back with its diagnostics, and an
 //! installation is run, never loaded into this process.
 //!
 //! Needs the toolchain: `. scripts/iree-env.sh` (exports PHI4MM_IREE_COMPILER).
@@ -117,6 +117,55 @@ fn a_compile_whose_compiler_stops_is_killed_and_run_again() {
     let out: BufferView<f32> = f.invoke_one([&xb]).unwrap();
     let want: Vec<f32> = x.iter().map(|v| v + v).collect();
     assert_eq!(out.read().unwrap(), want);
+}
+
+/// A compile that is still running at the time limit is killed and is an error at once, naming
+/// the setting: unlike a stall it is not run again. The child is stopped here so that the compile
+/// cannot finish first; its time limit (2 s) comes long before its stall limit (60 s), so what
+/// kills it is the time it has run, not the CPU it has not used (the driver's unit tests show the
+/// same for a child that computes without end).
+#[test]
+fn a_compile_that_runs_past_the_time_limit_is_killed_and_not_run_again() {
+    const MARKER: &str = "iree-compiler-test: timed-out compile";
+    let mlir = MLIR.replace("stopped compile", "timed-out compile");
+    let c = compiler().with_time_limit(Duration::from_secs(2));
+    let retried = Mutex::new(0);
+    let t = Instant::now();
+    let (result, stopped_pid) = std::thread::scope(|s| {
+        let stopper = s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while Instant::now() < deadline {
+                if let Some(&pid) = compiles_of(MARKER).first() {
+                    let ok = Command::new("kill")
+                        .args(["-STOP", &pid.to_string()])
+                        .status()
+                        .unwrap()
+                        .success();
+                    assert!(ok, "kill -STOP {pid}");
+                    return pid;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            panic!("no iree-compile child compiling the test's MLIR appeared in 120 s");
+        });
+        let result = c.compile_reporting(&mlir, &|_, _| *retried.lock().unwrap() += 1);
+        (result, stopper.join().unwrap())
+    });
+    let waited = t.elapsed();
+    let err = result.expect_err("the stopped compile cannot finish");
+    assert!(
+        matches!(err, IreeError::CompileTimedOut { limit_s, .. } if limit_s == 2.0),
+        "not a timeout: {err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("iree.compile_timeout_secs"), "{text}");
+    assert!(text.contains("2.0 s"), "{text}");
+    assert_eq!(*retried.lock().unwrap(), 0, "a timeout is not retried");
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(50),
+        "ended after {waited:?}, not at the 2 s limit (the stall limit is 60 s)"
+    );
+    assert!(!alive(stopped_pid), "the compiler was killed and reaped");
 }
 
 /// A module the compiler rejects is an error carrying the compiler's own diagnostic, and nothing

@@ -12,7 +12,9 @@
 //!
 //! A stalled compile is told from a slow one by CPU time: a compile is CPU-bound throughout, and a
 //! deadlocked one uses none. A child whose CPU time has not moved for [`STALL_LIMIT`] is killed;
-//! the compile is tried [`ATTEMPTS`] times in all.
+//! the compile is tried [`ATTEMPTS`] times in all. A compile that keeps using CPU without ending
+//! (a loop in a pass) is not a stall; the time limit ([`TIME_LIMIT`] unless the operator sets
+//! another) ends it, once, for a loop is not a race and running it again would loop again.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -27,6 +29,39 @@ use super::super::error::{IreeError, Result};
 /// per module and waits for it, and that time is the linker's, not the driver's; it took 85 ms
 /// for the tiny checkpoint's audio encoder (`strace -f` of a compile).
 pub const STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// How long one compile may run in all before it is killed, unless the operator sets another
+/// limit (`iree.compile_timeout_secs`). The longest compile measured, the released decoder's on 2
+/// vCPUs, took 131 s, and the released model's modules about 1000 s together; an hour is far
+/// above any healthy compile and still ends a runaway one.
+pub const TIME_LIMIT: Duration = Duration::from_secs(crate::config::DEFAULT_COMPILE_TIMEOUT_SECS);
+
+/// The limits one run of the driver is watched against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// How long its CPU time may stay still ([`STALL_LIMIT`]).
+    pub stall: Duration,
+    /// How long it may run in all ([`TIME_LIMIT`]).
+    pub time: Duration,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            stall: STALL_LIMIT,
+            time: TIME_LIMIT,
+        }
+    }
+}
+
+/// Why the watchdog killed a child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Killed {
+    /// Its CPU time stood still for the stall limit.
+    Stalled,
+    /// It ran for the time limit.
+    TimedOut,
+}
 
 /// How many times a compile is run before a stall is an error. The deadlock is a race, so the next
 /// run almost always completes.
@@ -64,6 +99,8 @@ pub struct Driver {
 pub enum RunFailure {
     /// Killed after using no CPU time for the stall limit.
     Stalled,
+    /// Killed after running for the time limit.
+    TimedOut,
     /// It failed: its exit status and the end of its diagnostics.
     Failed(String),
 }
@@ -127,7 +164,7 @@ impl Driver {
         mlir: &str,
         flags: &[String],
         tuning_spec: Option<&str>,
-        stall_limit: Duration,
+        limits: RunLimits,
     ) -> Result<Vec<u8>, RunFailure> {
         let io = |what: &str, e: std::io::Error| RunFailure::Failed(format!("{what}: {e}"));
         let dir = tempfile::Builder::new()
@@ -145,10 +182,12 @@ impl Driver {
             command.arg(format!("{}={}", super::TUNING_SPEC, path.display()));
         }
         command.arg(&input).arg("-o").arg(&output);
-        let run = run_watched(command, stall_limit)
+        let run = run_watched(command, limits)
             .map_err(|e| io(&format!("starting {}", self.path.display()), e))?;
-        if run.stalled {
-            return Err(RunFailure::Stalled);
+        match run.killed {
+            Some(Killed::Stalled) => return Err(RunFailure::Stalled),
+            Some(Killed::TimedOut) => return Err(RunFailure::TimedOut),
+            None => {}
         }
         if !run.status.success() {
             return Err(RunFailure::Failed(format!(
@@ -178,50 +217,61 @@ fn describe(status: ExitStatus) -> String {
 #[derive(Debug)]
 pub struct Watched {
     pub status: ExitStatus,
-    /// Whether the watchdog killed it.
-    pub stalled: bool,
+    /// Whether the watchdog killed it, and why.
+    pub killed: Option<Killed>,
     /// The last [`STDERR_TAIL`] bytes it wrote to stderr.
     pub stderr_tail: String,
 }
 
 /// Runs `command` (stdout discarded, stderr kept) and kills it if its CPU time stays still for
-/// `stall_limit`. On Linux the child also dies with the thread that started it, so a server
+/// `limits.stall` or it runs for `limits.time`. On Linux the child also dies with the thread that started it, so a server
 /// killed mid-compile leaves no compiler running. Where `/proc` cannot be read, nothing is taken
 /// for a stall.
-pub fn run_watched(mut command: Command, stall_limit: Duration) -> std::io::Result<Watched> {
+pub fn run_watched(mut command: Command, limits: RunLimits) -> std::io::Result<Watched> {
     command.stdin(Stdio::null()).stdout(Stdio::null());
     command.stderr(Stdio::piped());
     die_with_parent(&mut command);
     let mut child = command.spawn()?;
     let stderr = child.stderr.take().expect("stderr is piped");
     let reader = thread::spawn(move || tail(stderr, STDERR_TAIL));
-    let (status, stalled) = watch(&mut child, stall_limit)?;
+    let (status, killed) = watch(&mut child, limits)?;
     let stderr_tail = reader.join().unwrap_or_default();
     Ok(Watched {
         status,
-        stalled,
+        killed,
         stderr_tail,
     })
 }
 
-/// Waits for `child`, killing it when its CPU time has not moved for `stall_limit`.
-fn watch(child: &mut Child, stall_limit: Duration) -> std::io::Result<(ExitStatus, bool)> {
-    let poll = (stall_limit / 8).clamp(Duration::from_millis(20), Duration::from_millis(500));
+/// Waits for `child`, killing it when its CPU time has not moved for `limits.stall` or when it has
+/// run for `limits.time`.
+fn watch(child: &mut Child, limits: RunLimits) -> std::io::Result<(ExitStatus, Option<Killed>)> {
+    let poll = (limits.stall.min(limits.time) / 8)
+        .clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let started = Instant::now();
     let mut cpu = cpu_ticks(child.id());
-    let mut moved = Instant::now();
+    let mut moved = started;
     loop {
         if let Some(status) = child.try_wait()? {
-            return Ok((status, false));
+            return Ok((status, None));
         }
         thread::sleep(poll);
         let now = cpu_ticks(child.id());
-        if now.is_none() || now != cpu {
+        let killed = if started.elapsed() >= limits.time {
+            Some(Killed::TimedOut)
+        } else if now.is_none() || now != cpu {
             cpu = now;
             moved = Instant::now();
-        } else if moved.elapsed() >= stall_limit {
+            None
+        } else if moved.elapsed() >= limits.stall {
+            Some(Killed::Stalled)
+        } else {
+            None
+        };
+        if let Some(killed) = killed {
             // An error here means it just exited; `wait` collects it either way.
             let _ = child.kill();
-            return Ok((child.wait()?, true));
+            return Ok((child.wait()?, Some(killed)));
         }
     }
 }
@@ -309,8 +359,12 @@ mod tests {
         let mut sleep = Command::new("sleep");
         sleep.arg("60");
         let t = Instant::now();
-        let run = run_watched(sleep, Duration::from_millis(600)).unwrap();
-        assert!(run.stalled, "{run:?}");
+        let limits = RunLimits {
+            stall: Duration::from_millis(600),
+            ..RunLimits::default()
+        };
+        let run = run_watched(sleep, limits).unwrap();
+        assert_eq!(run.killed, Some(Killed::Stalled), "{run:?}");
         assert!(!run.status.success(), "{run:?}");
         let waited = t.elapsed();
         assert!(
@@ -330,14 +384,38 @@ mod tests {
         ]);
         let t = Instant::now();
         let limit = Duration::from_millis(800);
-        let run = run_watched(busy, limit).unwrap();
-        assert!(!run.stalled, "{run:?} after {:?}", t.elapsed());
+        let limits = RunLimits {
+            stall: limit,
+            ..RunLimits::default()
+        };
+        let run = run_watched(busy, limits).unwrap();
+        assert_eq!(run.killed, None, "{run:?} after {:?}", t.elapsed());
         assert_eq!(run.status.code(), Some(3), "{run:?}");
         assert_eq!(run.stderr_tail.trim(), "done-counting");
         assert!(
             t.elapsed() > limit,
             "the busy loop ended within the limit ({:?}), so this shows nothing",
             t.elapsed()
+        );
+    }
+
+    /// A child that computes forever is no stall, but the time limit ends it.
+    #[test]
+    fn a_child_that_never_ends_is_killed_at_the_time_limit() {
+        let mut spin = Command::new("sh");
+        spin.args(["-c", "while :; do :; done"]);
+        let limits = RunLimits {
+            stall: Duration::from_millis(300),
+            time: Duration::from_millis(1500),
+        };
+        let t = Instant::now();
+        let run = run_watched(spin, limits).unwrap();
+        let waited = t.elapsed();
+        assert_eq!(run.killed, Some(Killed::TimedOut), "{run:?}");
+        assert!(!run.status.success(), "{run:?}");
+        assert!(
+            waited >= limits.time && waited < Duration::from_secs(20),
+            "killed after {waited:?}"
         );
     }
 

@@ -397,3 +397,78 @@ async fn a_configmap_update_published_by_link_swap_reloads_a_watching_server() {
         server.log()
     );
 }
+
+/// `1.91` or `1.91.0` as a comparable triple.
+fn rust_version(text: &str) -> (u32, u32, u32) {
+    let mut parts = text.trim().split('.').map(|p| {
+        p.parse::<u32>()
+            .unwrap_or_else(|_| panic!("not a Rust version: {text:?}"))
+    });
+    let major = parts.next().unwrap();
+    (major, parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// The image builds with the toolchain it names: its `rust:X.Y` image is at least the workspace's
+/// rust-version, and every dependency locked for Linux builds with that rust-version (cargo
+/// refuses a package whose rust-version is above the compiler's, and `--locked` forbids picking
+/// another). notify-types 2.3.0, which needs Rust 1.91, once made the image's
+/// `cargo build --locked` on Rust 1.89 fail, while every test here, on a newer Rust, passed.
+#[test]
+fn the_images_rust_builds_every_locked_dependency() {
+    let root = workspace_root();
+    let manifest: toml::Table =
+        toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
+    let declared = manifest["workspace"]["package"]["rust-version"]
+        .as_str()
+        .expect("workspace.package.rust-version");
+    let msrv = rust_version(declared);
+
+    let containerfile = std::fs::read_to_string(root.join("deploy/Containerfile")).unwrap();
+    let image = containerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("FROM docker.io/library/rust:"))
+        .expect("deploy/Containerfile builds FROM docker.io/library/rust:<version>-…");
+    let image_rust = rust_version(image.split(['-', ' ']).next().unwrap());
+    assert!(
+        image_rust >= msrv,
+        "deploy/Containerfile builds with Rust {image_rust:?}, below the workspace's rust-version {declared}"
+    );
+
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--all-features",
+        ])
+        .args(["--filter-platform", "x86_64-unknown-linux-gnu"])
+        .current_dir(&root)
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata --locked: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = metadata["packages"].as_array().unwrap();
+    assert!(packages.len() > 100, "{} packages", packages.len());
+    let too_new: Vec<String> = packages
+        .iter()
+        .filter_map(|p| {
+            let needs = p["rust_version"].as_str()?;
+            (rust_version(needs) > msrv).then(|| {
+                let field = |k: &str| p[k].as_str().unwrap_or("?").to_owned();
+                format!("{} {} needs Rust {needs}", field("name"), field("version"))
+            })
+        })
+        .collect();
+    assert!(
+        too_new.is_empty(),
+        "locked dependencies need a newer Rust than the workspace's rust-version {declared} \
+         (and the image's): {too_new:?}; `cargo update -p <name>` picks a version that fits \
+         (resolver 3)"
+    );
+}

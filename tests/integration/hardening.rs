@@ -677,6 +677,7 @@ async fn after_the_hostile_mix_the_server_serves_and_its_memory_is_back() {
         tokio::time::sleep(Duration::from_millis(250)).await;
         end = proc_status_kb(server.pid(), "VmRSS:");
     }
+    eprintln!("resident memory: {start} kB after the warm-up, {end} kB at the end");
     assert!(
         end * 2 <= start * 3,
         "resident memory grew from {start} kB to {end} kB (more than 1.5×)"

@@ -45,7 +45,10 @@ pub fn supported() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
         // CPUID leaf 7, sub-leaf 0: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE.
-        let edx = __cpuid_count(7, 0).edx;
+        // Safe to call in newer Rust; the block keeps the workspace's rust-version building.
+        #[allow(unused_unsafe)]
+        // SAFETY: CPUID exists on every x86-64 CPU.
+        let edx = unsafe { __cpuid_count(7, 0) }.edx;
         edx & (1 << 22) != 0 && edx & (1 << 24) != 0 && request_tile_state()
     })
 }

@@ -38,7 +38,12 @@ const PREFETCH_AHEAD: usize = 1024;
 fn prefetch_ahead(p: *const u16) {
     // A prefetch reads nothing architecturally and cannot fault (so it is a safe intrinsic);
     // `wrapping_add` keeps the address computation defined wherever it points.
-    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD).cast())
+    // Safe to call in newer Rust; the block keeps the workspace's rust-version building.
+    #[allow(unused_unsafe)]
+    // SAFETY: as above, a prefetch hint has no effect a program can observe.
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD).cast())
+    }
 }
 
 /// `acc[r] = Σ_k w[k] · x[r·n + k]` for `R` rows, `n = w.len()`.

@@ -31,9 +31,9 @@ use super::super::error::{IreeError, Result};
 pub const STALL_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long one compile may run in all before it is killed, unless the operator sets another
-/// limit (`iree.compile_timeout_secs`). The longest compile measured, the released decoder's on 2
-/// vCPUs, took 131 s, and the released model's modules about 1000 s together; an hour is far
-/// above any healthy compile and still ends a runaway one.
+/// limit (`iree.compile_timeout_secs`). The longest compile measured, the released model's decoder
+/// at its full context on 2 vCPUs, took about 17 minutes (`docs/deploy.md`); an hour leaves a
+/// machine half as fast room for it, and still ends a runaway compile.
 pub const TIME_LIMIT: Duration = Duration::from_secs(crate::config::DEFAULT_COMPILE_TIMEOUT_SECS);
 
 /// The limits one run of the driver is watched against.

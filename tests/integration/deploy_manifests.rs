@@ -472,3 +472,39 @@ fn the_images_rust_builds_every_locked_dependency() {
          (resolver 3)"
     );
 }
+
+/// The image's build context leaves out what git ignores: build outputs and local toolchains
+/// (here gigabytes of `target/` and a venv whose scripts name this machine's paths, which the
+/// build stage's `scripts/iree-env.sh` would take for its own).
+#[test]
+fn the_images_build_context_leaves_out_what_git_ignores() {
+    let root = workspace_root();
+    let patterns = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(root.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.trim_start_matches('/').to_owned())
+            .collect()
+    };
+    let ignored_by_image = patterns(".dockerignore");
+    assert!(
+        ignored_by_image.iter().any(|p| p == ".git"),
+        "{ignored_by_image:?}"
+    );
+    for pattern in patterns(".gitignore") {
+        // git matches a pattern without a slash at any depth; docker only where it is written.
+        let as_docker = if pattern.contains('/') {
+            pattern.clone()
+        } else if pattern.starts_with('*') {
+            format!("**/{pattern}")
+        } else {
+            pattern.clone()
+        };
+        assert!(
+            ignored_by_image.contains(&as_docker),
+            ".dockerignore lacks `{as_docker}` (from .gitignore's `{pattern}`)"
+        );
+    }
+}

@@ -126,6 +126,50 @@ fn manifests_agree_with_the_server_config_and_each_other() {
     let containers = spec["containers"].as_array().unwrap();
     assert_eq!(containers.len(), 1);
     let container = &containers[0];
+    // The public listener's process: the image's unprivileged user, no capabilities, a
+    // read-only root, and a writable /tmp for the compiles' temporary directories.
+    let pod_security = &spec["securityContext"];
+    assert_eq!(pod_security["runAsNonRoot"], true, "{pod_security}");
+    let containerfile = std::fs::read_to_string(workspace_root().join("deploy/Containerfile"))
+        .expect("deploy/Containerfile");
+    let image_user = containerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("the Containerfile sets USER")
+        .trim();
+    assert_eq!(
+        pod_security["runAsUser"].to_string(),
+        image_user,
+        "runAsUser is the image's USER"
+    );
+    assert_eq!(pod_security["seccompProfile"]["type"], "RuntimeDefault");
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true, "{security}");
+    assert_eq!(security["allowPrivilegeEscalation"], false, "{security}");
+    assert_eq!(
+        security["capabilities"]["drop"],
+        json!(["ALL"]),
+        "{security}"
+    );
+    let volume_at = |mount_path: &str| -> Value {
+        let mount = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == mount_path)
+            .unwrap_or_else(|| panic!("nothing mounted at {mount_path}"));
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap_or_else(|| panic!("no volume {}", mount["name"]))
+            .clone()
+    };
+    assert!(
+        volume_at("/tmp").get("emptyDir").is_some(),
+        "/tmp is a writable emptyDir"
+    );
     // The container port is the config's listen port, and the probes name it.
     let ports = container["ports"].as_array().unwrap();
     let http = ports

@@ -64,6 +64,26 @@ fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok()
 }
 
+/// Waits (up to 120 s) for this process's first `iree-compile` child compiling MLIR that holds
+/// `marker`, and stops it with SIGSTOP, as a deadlock would leave it: no CPU time from then on.
+/// Returns its pid.
+fn stop_first_compile_of(marker: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if let Some(&pid) = compiles_of(marker).first() {
+            let ok = Command::new("kill")
+                .args(["-STOP", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "kill -STOP {pid}");
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("no iree-compile child compiling the test's MLIR appeared in 120 s");
+}
+
 /// SIGSTOP on the compiler child, as a deadlock would leave it: no CPU time from then on. The
 /// watchdog kills it after the stall limit and runs the compile again; that run is left alone,
 /// and its module runs right.
@@ -71,26 +91,9 @@ fn alive(pid: u32) -> bool {
 fn a_compile_whose_compiler_stops_is_killed_and_run_again() {
     let limit = Duration::from_secs(2);
     let c = compiler().with_stall_limit(limit);
-    let stopped: Mutex<Option<u32>> = Mutex::new(None);
     let retries: Mutex<Vec<(u32, String)>> = Mutex::new(Vec::new());
     let (bytes, stopped_pid) = std::thread::scope(|s| {
-        let stopper = s.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while Instant::now() < deadline {
-                if let Some(&pid) = compiles_of(MARKER).first() {
-                    let ok = Command::new("kill")
-                        .args(["-STOP", &pid.to_string()])
-                        .status()
-                        .unwrap()
-                        .success();
-                    assert!(ok, "kill -STOP {pid}");
-                    *stopped.lock().unwrap() = Some(pid);
-                    return pid;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            panic!("no iree-compile child compiling the test's MLIR appeared in 120 s");
-        });
+        let stopper = s.spawn(|| stop_first_compile_of(MARKER));
         let bytes = c.compile_reporting(MLIR, &|attempt, why| {
             retries.lock().unwrap().push((attempt, why.to_owned()))
         });
@@ -132,22 +135,7 @@ fn a_compile_that_runs_past_the_time_limit_is_killed_and_not_run_again() {
     let retried = Mutex::new(0);
     let t = Instant::now();
     let (result, stopped_pid) = std::thread::scope(|s| {
-        let stopper = s.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while Instant::now() < deadline {
-                if let Some(&pid) = compiles_of(MARKER).first() {
-                    let ok = Command::new("kill")
-                        .args(["-STOP", &pid.to_string()])
-                        .status()
-                        .unwrap()
-                        .success();
-                    assert!(ok, "kill -STOP {pid}");
-                    return pid;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            panic!("no iree-compile child compiling the test's MLIR appeared in 120 s");
-        });
+        let stopper = s.spawn(|| stop_first_compile_of(MARKER));
         let result = c.compile_reporting(&mlir, &|_, _| *retried.lock().unwrap() += 1);
         (result, stopper.join().unwrap())
     });

@@ -64,6 +64,37 @@ fn manifests() -> Map<String, Value> {
 }
 
 /// `labels` ⊆ `of`.
+/// A Kubernetes quantity in bytes, for the binary and decimal suffixes a volume size uses
+/// (`512Mi`, `1G`, `1048576`).
+fn quantity_bytes(quantity: &str) -> u64 {
+    const SUFFIXES: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    let (digits, unit) = SUFFIXES
+        .iter()
+        .find_map(|&(suffix, unit)| Some((quantity.strip_suffix(suffix)?, unit)))
+        .unwrap_or((quantity, 1));
+    let n: u64 = digits
+        .parse()
+        .unwrap_or_else(|e| panic!("quantity {quantity:?}: {e}"));
+    n * unit
+}
+
+#[test]
+fn kubernetes_quantities_read_as_bytes() {
+    assert_eq!(quantity_bytes("512Mi"), 512 << 20);
+    assert_eq!(quantity_bytes("2Gi"), 2 << 30);
+    assert_eq!(quantity_bytes("1G"), 1_000_000_000);
+    assert_eq!(quantity_bytes("1048576"), 1 << 20);
+}
+
 fn selects(labels: &Value, of: &Value) -> bool {
     labels
         .as_object()
@@ -166,9 +197,17 @@ fn manifests_agree_with_the_server_config_and_each_other() {
             .unwrap_or_else(|| panic!("no volume {}", mount["name"]))
             .clone()
     };
+    let tmp = volume_at("/tmp");
+    assert!(tmp.get("emptyDir").is_some(), "/tmp is a writable emptyDir");
+    // Bounded, so a runaway compile evicts its pod rather than filling the node's disk; with
+    // room for several compiles of the released model at once (about 20 MB each).
+    let limit = tmp["emptyDir"]["sizeLimit"]
+        .as_str()
+        .map(quantity_bytes)
+        .expect("the /tmp emptyDir has a sizeLimit");
     assert!(
-        volume_at("/tmp").get("emptyDir").is_some(),
-        "/tmp is a writable emptyDir"
+        (128 << 20..=4 << 30).contains(&limit),
+        "/tmp's sizeLimit of {limit} bytes is outside 128 MiB to 4 GiB"
     );
     // The container port is the config's listen port, and the probes name it.
     let ports = container["ports"].as_array().unwrap();

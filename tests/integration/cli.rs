@@ -1,7 +1,7 @@
 //! The `switchyard` command line: `plugins inspect`, `config check`, `run`.
 
 use std::process::Command;
-use switchyard_integration_tests::{plugin_lib, switchyard_bin, TempDir};
+use switchyard_integration_tests::{free_port, plugin_lib, switchyard_bin, TempDir};
 
 fn switchyard(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(switchyard_bin())
@@ -83,6 +83,30 @@ fn config_check_accepts_good_and_names_bad_keys() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.listen"));
+
+    // A value is text until the key's type says otherwise: an all-digit token (a Secret's, say)
+    // keeps its leading zero and its length, and numbers and flags still read as such.
+    for token in ["0123456789012345", "12345678901234567890123456"] {
+        let out = Command::new(switchyard_bin())
+            .args(["config", "check", good.to_str().unwrap()])
+            .env("SWITCHYARD__SERVER__ADMIN_TOKEN", token)
+            .env("SWITCHYARD__SERVER__DRAIN_TIMEOUT_SECS", "2.5")
+            .env("SWITCHYARD__SERVER__WATCH_CONFIG", "true")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "token {token}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(switchyard_bin())
+        .args(["config", "check", good.to_str().unwrap()])
+        .env("SWITCHYARD__SERVER__MAX_BODY_BYTES", "-3")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server.max_body_bytes"));
 }
 
 #[test]
@@ -110,4 +134,37 @@ fn run_streams_one_answer_to_the_terminal() {
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "hi from the cli");
     assert!(err.contains("bot via echo@1.0.0"), "{err}");
+}
+
+#[test]
+fn serve_that_cannot_create_its_models_exits_1_and_leaves_no_plugin_copies() {
+    let dir = TempDir::new("cli-failed-start");
+    let cache = dir.path().join("cache");
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\ncache_dir = \"{}\"\n[[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+             [[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\nsettings = {{ fail_on_create = true }}\n",
+            free_port(),
+            cache.display(),
+            plugin_lib("echo").display()
+        ),
+    )
+    .unwrap();
+    let (ok, _, err) = switchyard(&["serve", "--config", config.to_str().unwrap()]);
+    assert!(!ok, "{err}");
+    assert!(err.contains("fail_on_create is set"), "{err}");
+    // There was no configuration before this one to keep serving.
+    assert!(
+        err.contains("the configuration could not be loaded"),
+        "{err}"
+    );
+    assert!(!err.contains("keeps serving"), "{err}");
+    // The library was copied into <cache>/shadow/<pid>/ to be loaded; a failed start removes
+    // the copy as a clean exit does.
+    let left: Vec<_> = std::fs::read_dir(cache.join("shadow"))
+        .map(|entries| entries.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -50,11 +50,55 @@ async fn sighup_reloads_the_config_file() {
 }
 
 #[tokio::test]
-async fn a_watched_config_file_reloads_when_it_changes() {
+async fn a_watched_config_file_reloads_once_when_it_changes() {
     let server = Server::start(&config("first", "watch_config = true")).await;
+    let before = server.status().await["generation"].as_u64().unwrap();
     server.rewrite_config(&config("watched", "watch_config = true"));
     wait_for_label(&server, "watched").await;
-    assert!(server.log().contains("config file changed: reloading"));
+    // The reload reads the file; that read is not a change. Five debounce periods later there
+    // has been exactly one reload.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let log = server.log();
+    assert_eq!(
+        log.matches("config file changed: reloading").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        server.status().await["generation"].as_u64().unwrap(),
+        before + 1
+    );
+}
+
+#[tokio::test]
+async fn a_config_file_that_does_not_validate_fails_its_reload_in_the_log_and_the_metrics() {
+    let server = Server::start(&config("first", "")).await;
+    server.rewrite_config(&config("second", "bogus_key = 1"));
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut logged = false;
+    for _ in 0..100 {
+        logged = server.log().contains("reload failed");
+        if logged {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = server.log();
+    assert!(logged, "{log}");
+    assert!(log.contains("bogus_key"), "the log names the key: {log}");
+    assert!(
+        server
+            .metrics()
+            .await
+            .contains(r#"switchyard_reloads_total{result="failed"} 1"#),
+        "{}",
+        server.metrics().await
+    );
+    assert_eq!(label_served(&server).await, "first");
 }
 
 #[tokio::test]

@@ -430,7 +430,9 @@ pub fn load(path: &Path) -> Result<ValidConfig, ConfigErrors> {
             config::Environment::with_prefix("SWITCHYARD")
                 .prefix_separator("__")
                 .separator("__")
-                .try_parsing(true),
+                // Values stay text and take the type of the key they set: parsed up front, an
+                // all-digit admin token became a number and lost its leading zeros.
+                .try_parsing(false),
         )
         .build()
         .map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;

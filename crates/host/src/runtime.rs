@@ -227,6 +227,13 @@ impl Runtime {
         let waits = all.into_iter().map(|i| i.drain_and_stop(left));
         futures_util::future::join_all(waits).await;
         drop(turn);
+        self.remove_shadow_copies();
+    }
+
+    /// Removes this process's copies of the plugin libraries, as it exits (the loaded ones
+    /// stay mapped). A process that failed to start removes them too: they are sized like the
+    /// plugins (tens of MB), and no later process reads another's.
+    pub fn remove_shadow_copies(&self) {
         let _ = std::fs::remove_dir_all(self.registry.shadow_dir());
     }
 }

@@ -113,9 +113,16 @@ fn serve(
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
-        runtime.apply(config).await?;
-        server::serve(runtime, listen, admin).await?;
-        Ok::<_, anyhow::Error>(())
+        let served = async {
+            runtime.apply(config).await?;
+            server::serve(runtime.clone(), listen, admin).await?;
+            Ok::<_, anyhow::Error>(())
+        }
+        .await;
+        if served.is_err() {
+            runtime.remove_shadow_copies();
+        }
+        served
     })?;
     Ok(ExitCode::SUCCESS)
 }

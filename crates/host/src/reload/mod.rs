@@ -36,16 +36,20 @@ pub struct ReloadReport {
 }
 
 impl Runtime {
-    /// Reloads from the config file.
+    /// Reloads from the config file. A file that does not parse or validate fails the reload
+    /// like any other cause: logged, counted, and the current deployment keeps serving.
     pub async fn reload_from_file(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
         let path = self
             .config_path()
             .map(ToOwned::to_owned)
             .ok_or(ReloadError::NoSource)?;
-        let config = tokio::task::spawn_blocking(move || config::load(&path))
+        let loaded = tokio::task::spawn_blocking(move || config::load(&path))
             .await
-            .expect("config loading does not panic")?;
-        self.apply(config).await
+            .expect("config loading does not panic");
+        match loaded {
+            Ok(config) => self.apply(config).await,
+            Err(e) => self.outcome(Err(e.into())),
+        }
     }
 
     /// Builds a deployment from `config` and swaps it in; see the module docs.
@@ -57,11 +61,23 @@ impl Runtime {
         }
         let started = Instant::now();
         let result = self.build_and_swap(config, started).await;
+        self.outcome(result)
+    }
+
+    /// Counts and logs a reload's result, whatever started it and wherever it failed.
+    fn outcome(
+        &self,
+        result: Result<ReloadReport, ReloadError>,
+    ) -> Result<ReloadReport, ReloadError> {
         self.metrics.reload(result.is_ok());
         match &result {
             Ok(report) => {
                 tracing::info!(generation = report.generation, created = ?report.created, reused = ?report.reused,
                     retiring = ?report.retiring, "reload applied");
+            }
+            Err(e) if self.current().generation == 0 => {
+                // The first load: there is no previous configuration to keep serving.
+                tracing::error!(error = %e, "the configuration could not be loaded");
             }
             Err(e) => {
                 tracing::error!(error = %e, "reload failed; the previous configuration keeps serving");

@@ -45,10 +45,12 @@ fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> notify::Result<
     let file_name = path.file_name().map(|n| n.to_os_string());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event {
-            if event.paths.iter().any(|p| {
-                let name = p.file_name().map(|n| n.to_os_string());
-                name == file_name || name.as_deref() == Some(KUBERNETES_DATA_LINK.as_ref())
-            }) {
+            if changes_content(&event.kind)
+                && event.paths.iter().any(|p| {
+                    let name = p.file_name().map(|n| n.to_os_string());
+                    name == file_name || name.as_deref() == Some(KUBERNETES_DATA_LINK.as_ref())
+                })
+            {
                 let _ = tx.send(());
             }
         }
@@ -69,4 +71,16 @@ fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> notify::Result<
         }
     });
     Ok(())
+}
+
+/// Whether a watch event may have changed what the file holds. Opening and reading it may not:
+/// the reload itself opens the file, and counting that as a change reloaded it again, without
+/// end. A close after writing does (an editor that writes in place).
+fn changes_content(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
 }

@@ -35,7 +35,7 @@ pub struct Runtime {
     pub cache_dir: PathBuf,
     config_path: Option<PathBuf>,
     /// Bounds the CPU work of request parsing on the blocking pool (see [`Self::off_the_runtime`]).
-    heavy_work: tokio::sync::Semaphore,
+    heavy_work: Arc<tokio::sync::Semaphore>,
     /// Set once, by [`Self::shutdown`]: `/ready` answers 503, new requests and reloads are
     /// refused, and what is in flight finishes.
     terminating: AtomicBool,
@@ -65,9 +65,9 @@ impl Runtime {
             cache_dir,
             config_path,
             terminating: AtomicBool::new(false),
-            heavy_work: tokio::sync::Semaphore::new(
+            heavy_work: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
-            ),
+            )),
         }))
     }
 
@@ -141,18 +141,26 @@ impl Runtime {
 
     /// Runs `work` (a large body's JSON parse, base64 media decoding) on tokio's blocking pool,
     /// at most one job per core at once; the caller waits asynchronously for a turn.
+    ///
+    /// The job holds its turn until it ends, not the caller: a client that sends a large body
+    /// and goes away drops the caller, but a blocking job cannot be stopped, and a turn handed
+    /// back then would let such clients run any number of parses at once.
     pub async fn off_the_runtime<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> T {
-        let _turn = self
+        let turn = self
             .heavy_work
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        tokio::task::spawn_blocking(work)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            work()
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     /// Libraries mapped but not used by the current deployment.
@@ -281,4 +289,50 @@ fn kv_usage(stats: &ModelStats, resources: &ModelResources) -> f64 {
         return 0.0;
     }
     (used as f64 / capacity as f64).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[tokio::test]
+    async fn a_heavy_job_keeps_its_turn_after_its_caller_is_gone() {
+        let cache = std::env::temp_dir().join(format!("switchyard-runtime-{}", std::process::id()));
+        let runtime = Runtime::new(None, cache.clone()).unwrap();
+        let turns = runtime.heavy_work.available_permits();
+        let (started_tx, started) = mpsc::channel();
+        let (finish, finish_rx) = mpsc::channel::<()>();
+        let caller = {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                runtime
+                    .off_the_runtime(move || {
+                        started_tx.send(()).unwrap();
+                        finish_rx.recv().unwrap();
+                    })
+                    .await
+            })
+        };
+        tokio::task::spawn_blocking(move || started.recv().unwrap())
+            .await
+            .unwrap();
+        // The client goes away: its handler, the caller, is dropped mid-job.
+        caller.abort();
+        assert!(caller.await.unwrap_err().is_cancelled());
+        assert_eq!(
+            runtime.heavy_work.available_permits(),
+            turns - 1,
+            "the running job still holds its turn"
+        );
+        finish.send(()).unwrap();
+        for _ in 0..200 {
+            if runtime.heavy_work.available_permits() == turns {
+                let _ = std::fs::remove_dir_all(&cache);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the turn was not handed back when the job ended");
+    }
 }

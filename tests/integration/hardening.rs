@@ -4,7 +4,7 @@
 use crate::phi4mm_hardening as phi4mm;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use switchyard_integration_tests::{plugin_lib, proc_status_kb, user, Server};
+use switchyard_integration_tests::{plugin_lib, proc_status_kb, reset_peak_rss, user, Server};
 
 /// One echo instance `bot` behind the route `chat`, with `server` lines in `[server]` and
 /// `model` lines in its `[[models]]` table.
@@ -407,6 +407,44 @@ async fn each_operator_cap_answers_400_naming_its_limit() {
         .await;
     assert_eq!(reply.content(), "one two three");
     assert_eq!(reply.body["choices"][0]["finish_reason"], "length");
+}
+
+/// serde builds a node of 32 bytes or more per JSON value, and `[]` is three bytes of text: a
+/// 3 MB body of empty arrays under `model_options` cost over 100 MB to parse. Such a body is
+/// refused before its parse, naming the limit.
+#[tokio::test]
+async fn a_body_of_a_million_empty_arrays_is_refused_before_its_parse() {
+    let server = Server::start(&config("", "", "")).await;
+    let body = format!(
+        r#"{{"model":"chat","messages":[{{"role":"user","content":"hi"}}],"model_options":{{"a":[{}[]]}}}}"#,
+        "[],".repeat(1 << 20)
+    );
+    // Warm: the first request's allocations are not the parse's.
+    assert_eq!(server.chat(json!({"model": "chat", "messages": user("hi")})).await.status, 200);
+    let pid = server.pid();
+    reset_peak_rss(pid);
+    let before = proc_status_kb(pid, "VmRSS:");
+    let reply = server
+        .http
+        .post(format!("{}/v1/chat/completions", server.base))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 400);
+    let reply: Value = reply.json().await.unwrap();
+    assert_eq!(reply["error"]["code"], "too_many_json_values", "{reply}");
+    assert!(
+        reply["error"]["message"].as_str().unwrap().contains("1048576 values"),
+        "{reply}"
+    );
+    let peak = proc_status_kb(pid, "VmHWM:");
+    assert!(
+        peak < before + 32 * 1024,
+        "the refused 3 MB body raised the peak RSS from {before} kB to {peak} kB"
+    );
+    assert_eq!(server.chat(json!({"model": "chat", "messages": user("hi")})).await.status, 200);
 }
 
 #[tokio::test]

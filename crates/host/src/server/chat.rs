@@ -104,6 +104,7 @@ pub fn read_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError
 }
 
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    super::json_values::check(body)?;
     serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
 }
 

@@ -8,6 +8,7 @@ pub mod error;
 pub mod event_stream;
 mod generation;
 mod health;
+mod json_values;
 mod listener;
 use listener::Peer;
 mod logprobs;

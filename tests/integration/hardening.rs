@@ -420,7 +420,13 @@ async fn a_body_of_a_million_empty_arrays_is_refused_before_its_parse() {
         "[],".repeat(1 << 20)
     );
     // Warm: the first request's allocations are not the parse's.
-    assert_eq!(server.chat(json!({"model": "chat", "messages": user("hi")})).await.status, 200);
+    assert_eq!(
+        server
+            .chat(json!({"model": "chat", "messages": user("hi")}))
+            .await
+            .status,
+        200
+    );
     let pid = server.pid();
     reset_peak_rss(pid);
     let before = proc_status_kb(pid, "VmRSS:");
@@ -436,7 +442,10 @@ async fn a_body_of_a_million_empty_arrays_is_refused_before_its_parse() {
     let reply: Value = reply.json().await.unwrap();
     assert_eq!(reply["error"]["code"], "too_many_json_values", "{reply}");
     assert!(
-        reply["error"]["message"].as_str().unwrap().contains("1048576 values"),
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1048576 values"),
         "{reply}"
     );
     let peak = proc_status_kb(pid, "VmHWM:");
@@ -444,7 +453,60 @@ async fn a_body_of_a_million_empty_arrays_is_refused_before_its_parse() {
         peak < before + 32 * 1024,
         "the refused 3 MB body raised the peak RSS from {before} kB to {peak} kB"
     );
-    assert_eq!(server.chat(json!({"model": "chat", "messages": user("hi")})).await.status, 200);
+    assert_eq!(
+        server
+            .chat(json!({"model": "chat", "messages": user("hi")}))
+            .await
+            .status,
+        200
+    );
+}
+
+/// Bodies being read count against one budget: clients that each send most of a large body
+/// and hold it cannot together hold more than `max_buffered_body_bytes`. Past it, a large body
+/// is refused at once (503, naming the key, with `Retry-After`); small requests are still
+/// served; and the budget comes back when the holders go.
+#[tokio::test]
+async fn bodies_held_at_once_stay_within_max_buffered_body_bytes() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start(&config(
+        "max_body_bytes = 1048576\nmax_buffered_body_bytes = 2097152",
+        "",
+        "",
+    ))
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\
+                    content-type: application/json\r\ncontent-length: 1048576\r\n\r\n";
+        stream.write_all(head.as_bytes()).await.unwrap();
+        // All but the last KiB, then nothing: the body is held, unfinished.
+        stream
+            .write_all(&vec![b' '; (1 << 20) - 1024])
+            .await
+            .unwrap();
+        holders.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let large = json!({"model": "chat", "messages": user(&"x ".repeat(100_000))});
+    let reply = server.chat(large.clone()).await;
+    let brief = |body: &Value| body.to_string().chars().take(300).collect::<String>();
+    assert_eq!(reply.status, 503, "{}", brief(&reply.body));
+    let message = reply.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("max_buffered_body_bytes = 2097152"),
+        "{message}"
+    );
+    let small = server
+        .chat(json!({"model": "chat", "messages": user("hi")}))
+        .await;
+    assert_eq!(small.status, 200);
+    drop(holders);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reply = server.chat(large).await;
+    assert_eq!(reply.status, 200, "{}", brief(&reply.body));
 }
 
 #[tokio::test]

@@ -37,6 +37,10 @@ pub struct ServerConfig {
     /// Largest accepted request body, in bytes (HTTP 413 above).
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
+    /// Most bytes of request bodies (those over 4 KiB) held at once, from their first byte
+    /// read to the end of their parse, over both listeners (HTTP 503 beyond).
+    #[serde(default = "default_max_buffered_body")]
+    pub max_buffered_body_bytes: usize,
     /// How long a retired instance may take to finish its in-flight requests.
     #[serde(default = "default_drain")]
     pub drain_timeout_secs: f64,
@@ -168,6 +172,7 @@ impl Default for ServerConfig {
             admin_listen: None,
             admin_token: None,
             max_body_bytes: default_max_body(),
+            max_buffered_body_bytes: default_max_buffered_body(),
             drain_timeout_secs: default_drain(),
             retired_library_cap: default_retired_cap(),
             watch_config: false,
@@ -212,6 +217,9 @@ fn default_listen() -> String {
 }
 fn default_max_body() -> usize {
     64 << 20
+}
+fn default_max_buffered_body() -> usize {
+    1 << 30
 }
 fn default_drain() -> f64 {
     30.0
@@ -484,6 +492,16 @@ pub fn validate(
     }
     if server.max_body_bytes < 1024 {
         errors.push("server.max_body_bytes: must be at least 1024".into());
+    }
+    // A permit per byte: tokio's semaphore holds at most usize::MAX >> 3.
+    if server.max_buffered_body_bytes < server.max_body_bytes
+        || server.max_buffered_body_bytes > 1 << 50
+    {
+        errors.push(
+            "server.max_buffered_body_bytes: must be at least max_body_bytes (one whole body) \
+             and at most 2^50"
+                .into(),
+        );
     }
     if !(server.drain_timeout_secs.is_finite() && server.drain_timeout_secs >= 0.0) {
         errors.push("server.drain_timeout_secs: must be a finite number >= 0".into());

@@ -86,10 +86,17 @@ mod tests {
     #[test]
     fn a_body_of_empty_arrays_is_refused_naming_the_limit() {
         let n = MAX_JSON_VALUES;
-        let bomb = format!(r#"{{"model":"m","model_options":{{"a":[{}[]]}}}}"#, "[],".repeat(n));
+        let bomb = format!(
+            r#"{{"model":"m","model_options":{{"a":[{}[]]}}}}"#,
+            "[],".repeat(n)
+        );
         let err = check(bomb.as_bytes()).unwrap_err();
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
-        assert!(err.message.contains(&MAX_JSON_VALUES.to_string()), "{}", err.message);
+        assert!(
+            err.message.contains(&MAX_JSON_VALUES.to_string()),
+            "{}",
+            err.message
+        );
         // As long, but its bulk in a string (an image's base64): accepted.
         let media = format!(r#"{{"model":"m","image":"{}"}}"#, "[],".repeat(n));
         assert!(check(media.as_bytes()).is_ok());

@@ -5,9 +5,10 @@
 //!   `accept`, so the rest wait in the kernel's queue and cost the process nothing;
 //! - hyper's `header_read_timeout` (`header_read_timeout_secs`), which also closes a kept-alive
 //!   connection that sends no next request in that time;
-//! - [`read_body_within`]: the whole body within `body_read_timeout_secs` (HTTP 408), and no
-//!   more than `max_body_bytes` (HTTP 413, at once when `Content-Length` says so), before the
-//!   router sees the request; the router's extractors get `max_body_bytes` as their limit;
+//! - [`read_body_within`]: the whole body within `body_read_timeout_secs` (HTTP 408), no more
+//!   than `max_body_bytes` (HTTP 413, at once when `Content-Length` says so), and within the
+//!   budget of all bodies held at once, `max_buffered_body_bytes` (HTTP 503), before the router
+//!   sees the request; the router's extractors get `max_body_bytes` as their limit;
 //! - on the admin listener, the peer address as [`axum::extract::ConnectInfo`], for the admin
 //!   guard;
 //! - `TCP_NODELAY` on every connection ([`configure_accepted`]), so streamed tokens leave at once;
@@ -32,7 +33,10 @@ use axum::{
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{sync::Arc, task::Poll, time::Duration};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{
+    net::TcpListener,
+    sync::{OwnedSemaphorePermit, Semaphore},
+};
 use tower::{Layer, ServiceExt};
 
 /// The limits one listener enforces, from `[server]` (read once at start).
@@ -42,6 +46,11 @@ pub struct HttpLimits {
     pub body_read_timeout: Duration,
     pub max_body_bytes: usize,
     pub max_connections: usize,
+    pub max_buffered_body_bytes: usize,
+    /// `max_buffered_body_bytes`, a permit per byte, shared by the listeners made from clones
+    /// of these limits (see [`read_body_within`]).
+    body_budget: Arc<Semaphore>,
+    retry_after_secs: u32,
 }
 
 impl HttpLimits {
@@ -51,9 +60,17 @@ impl HttpLimits {
             body_read_timeout: Duration::from_secs_f64(server.body_read_timeout_secs),
             max_body_bytes: server.max_body_bytes,
             max_connections: server.max_connections,
+            max_buffered_body_bytes: server.max_buffered_body_bytes,
+            body_budget: Arc::new(Semaphore::new(server.max_buffered_body_bytes)),
+            retry_after_secs: server.retry_after_secs,
         }
     }
 }
+
+/// Bodies up to this size are not charged to `max_buffered_body_bytes`: most requests are this
+/// small, a shared counter per request costs every one of them, and `max_connections` bodies of
+/// this size are a few megabytes.
+const UNCHARGED_BODY_BYTES: usize = 4 * 1024;
 
 /// Whether a listener's requests carry their peer's address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,8 +172,9 @@ async fn stopped(stop: &mut Stop) {
     let _ = stop.wait_for(Option::is_some).await;
 }
 
-/// Reads a request's whole body within the body-read timeout and the size limit, so that no
-/// handler waits on a trickling client; or the error response.
+/// Reads a request's whole body within the body-read timeout, the size limit and the budget
+/// of all bodies held at once, so that no handler waits on a trickling client and no number of
+/// clients holds more than `max_buffered_body_bytes` of bodies; or the error response.
 async fn read_body_within(
     limits: &HttpLimits,
     headers: &HeaderMap,
@@ -166,52 +184,129 @@ async fn read_body_within(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let too_large = || {
-        let message = format!(
-            "the request body exceeds max_body_bytes = {}",
-            limits.max_body_bytes
-        );
-        close(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            "invalid_body",
-            message,
-        ))
-    };
     if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
-        return Err(too_large());
+        return Err(refusal(limits, Unread::TooLarge));
     }
-    let limited = http_body_util::Limited::new(body, limits.max_body_bytes);
     // A small body has usually arrived with its headers: one poll reads it, and the timer (a
     // registration in tokio's wheel and its removal, most of this step's cost) is armed only
     // for a body still on its way.
-    let mut collect = std::pin::pin!(limited.collect());
+    let mut collect = std::pin::pin!(collect_charged(limits, body));
     let read = match futures_util::poll!(collect.as_mut()) {
-        Poll::Ready(read) => Ok(read),
-        Poll::Pending => tokio::time::timeout(limits.body_read_timeout, collect).await,
+        Poll::Ready(read) => read,
+        Poll::Pending => tokio::time::timeout(limits.body_read_timeout, collect)
+            .await
+            .unwrap_or(Err(Unread::TimedOut)),
     };
-    match read {
-        Err(_) => {
-            let message = format!(
+    read.map_err(|unread| refusal(limits, unread))
+}
+
+/// Why a body was not read whole.
+enum Unread {
+    TooLarge,
+    TimedOut,
+    OverBudget,
+    Failed(hyper::Error),
+}
+
+/// The body's frames, joined; past [`UNCHARGED_BODY_BYTES`] each frame is charged to the body
+/// budget as it arrives, and the bytes returned hold their charge until the last reference to
+/// them is gone (through the parse, and a wait for a parse turn).
+async fn collect_charged(
+    limits: &HttpLimits,
+    mut body: hyper::body::Incoming,
+) -> Result<Bytes, Unread> {
+    let mut frames: Vec<Bytes> = Vec::new();
+    let (mut len, mut charged) = (0, 0);
+    let mut charge: Option<OwnedSemaphorePermit> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(Unread::Failed)?.into_data() else {
+            continue; // trailers
+        };
+        len += data.len();
+        if len > limits.max_body_bytes {
+            return Err(Unread::TooLarge);
+        }
+        if len > UNCHARGED_BODY_BYTES {
+            let owed = u32::try_from(len - charged).map_err(|_| Unread::OverBudget)?;
+            let permit = limits
+                .body_budget
+                .clone()
+                .try_acquire_many_owned(owed)
+                .map_err(|_| Unread::OverBudget)?;
+            match &mut charge {
+                Some(charge) => charge.merge(permit),
+                None => charge = Some(permit),
+            }
+            charged = len;
+        }
+        frames.push(data);
+    }
+    let bytes = match frames.len() {
+        0 => Bytes::new(),
+        1 => frames.pop().unwrap(),
+        _ => {
+            let mut joined = Vec::with_capacity(len);
+            frames.iter().for_each(|f| joined.extend_from_slice(f));
+            Bytes::from(joined)
+        }
+    };
+    Ok(match charge {
+        Some(charge) => Bytes::from_owner(Charged {
+            bytes,
+            _charge: charge,
+        }),
+        None => bytes,
+    })
+}
+
+/// A body and its share of the budget, released with the bytes.
+struct Charged {
+    bytes: Bytes,
+    _charge: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Charged {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+fn refusal(limits: &HttpLimits, unread: Unread) -> Response {
+    let error = match unread {
+        Unread::TooLarge => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "invalid_body",
+            format!(
+                "the request body exceeds max_body_bytes = {}",
+                limits.max_body_bytes
+            ),
+        ),
+        Unread::TimedOut => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "body_timeout",
+            format!(
                 "the request body did not arrive within body_read_timeout_secs = {}",
                 limits.body_read_timeout.as_secs_f64()
-            );
-            Err(close(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "invalid_request_error",
-                "body_timeout",
-                message,
-            )))
-        }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(e)) => Err(close(ApiError::new(
+            ),
+        ),
+        Unread::OverBudget => ApiError {
+            retry_after: Some(limits.retry_after_secs),
+            ..ApiError::unavailable(format!(
+                "the request bodies being read and parsed have reached \
+                 max_buffered_body_bytes = {}; retry later",
+                limits.max_buffered_body_bytes
+            ))
+        },
+        Unread::Failed(e) => ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             "invalid_body",
             format!("reading the request body failed: {e}"),
-        ))),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-    }
+        ),
+    };
+    close(error)
 }
 
 /// An error after which the connection is not reused (its body may be half read).

@@ -358,35 +358,41 @@ async fn each_operator_cap_answers_400_naming_its_limit() {
         "limits = { max_tokens_limit = 8, default_max_tokens = 3, max_prompt_bytes = 100, \
                   max_stop_sequences = 2, max_stop_bytes = 5, max_content_parts = 3 }";
     let server = Server::start(&config("", "", limits)).await;
-    let refused = |body: serde_json::Value, limit: &'static str| {
+    // Each refusal names its cap, and its `param` the request field at fault.
+    let refused = |body: serde_json::Value, limit: &'static str, param: &'static str| {
         let server = &server;
         async move {
             let reply = server.chat(body).await;
             assert_eq!(reply.status, 400, "{limit}: {:?}", reply.body);
             let message = reply.body["error"]["message"].as_str().unwrap().to_string();
             assert!(message.contains(limit), "{limit} not named in {message}");
+            assert_eq!(reply.body["error"]["param"], param, "{limit}");
             message
         }
     };
     let message = refused(
         json!({"model": "chat", "messages": user("hi"), "max_tokens": 100000}),
         "max_tokens_limit = 8",
+        "max_tokens",
     )
     .await;
     assert!(message.contains("max_tokens 100000"), "{message}");
     refused(
         json!({"model": "chat", "messages": user(&"x".repeat(101))}),
         "max_prompt_bytes = 100",
+        "messages",
     )
     .await;
     refused(
         json!({"model": "chat", "messages": user("hi"), "stop": ["a", "b", "c"]}),
         "max_stop_sequences = 2",
+        "stop",
     )
     .await;
     refused(
         json!({"model": "chat", "messages": user("hi"), "stop": "toolong"}),
         "max_stop_bytes = 5",
+        "stop",
     )
     .await;
     let parts: Vec<_> = (0..4)
@@ -395,6 +401,17 @@ async fn each_operator_cap_answers_400_naming_its_limit() {
     refused(
         json!({"model": "chat", "messages": [{"role": "user", "content": parts}]}),
         "max_content_parts = 3",
+        "messages",
+    )
+    .await;
+    // Messages without content count as a part each: they cannot pass the cap in any number.
+    let empty: Vec<_> = (0..4)
+        .map(|_| json!({"role": "user", "content": []}))
+        .collect();
+    refused(
+        json!({"model": "chat", "messages": empty}),
+        "max_content_parts = 3",
+        "messages",
     )
     .await;
     // Within the caps: served; without max_tokens the default (3) applies.

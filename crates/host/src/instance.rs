@@ -77,16 +77,33 @@ impl From<Request> for Submission {
 /// routed as text chats, and the plugin takes them through `submit_prompt`.
 pub const COMPLETIONS: &str = "completions";
 
+/// A request over an operator cap: the request field at fault and the message naming the cap.
+#[derive(Debug)]
+pub struct OverCap {
+    pub param: &'static str,
+    pub message: String,
+}
+
 impl RequestLimits {
     /// Refuses a request over a cap, naming it; fills in the default `max_tokens`.
-    pub fn apply(&self, submission: &mut Submission) -> Result<(), String> {
+    pub fn apply(&self, submission: &mut Submission) -> Result<(), OverCap> {
+        let over = |param, message| Err(OverCap { param, message });
+        // A completion's text is its prompt; a chat's, its messages.
+        let text_field = if submission.prompt.is_some() {
+            "prompt"
+        } else {
+            "messages"
+        };
         let request = &mut submission.request;
         match request.sampling.max_tokens {
             ROption::RSome(asked) if asked > self.max_tokens_limit => {
-                return Err(format!(
-                    "max_tokens {asked} exceeds this model's limit max_tokens_limit = {}",
-                    self.max_tokens_limit
-                ))
+                return over(
+                    "max_tokens",
+                    format!(
+                        "max_tokens {asked} exceeds this model's limit max_tokens_limit = {}",
+                        self.max_tokens_limit
+                    ),
+                )
             }
             ROption::RSome(_) => {}
             ROption::RNone => {
@@ -95,13 +112,18 @@ impl RequestLimits {
                 }
             }
         }
-        let parts: usize = request.messages.iter().map(|m| m.parts.len()).sum();
+        // A message with no content counts as one part: it still costs the model its role's
+        // tokens, and counted as none, any number of them passed the cap.
+        let parts: usize = request.messages.iter().map(|m| m.parts.len().max(1)).sum();
         if parts > self.max_content_parts {
-            return Err(format!(
-                "the request has {parts} content parts, over this model's limit \
-                 max_content_parts = {}",
-                self.max_content_parts
-            ));
+            return over(
+                "messages",
+                format!(
+                    "the request has {parts} content parts (a message without content counts \
+                     as one), over this model's limit max_content_parts = {}",
+                    self.max_content_parts
+                ),
+            );
         }
         let text_bytes: usize = request
             .messages
@@ -114,25 +136,34 @@ impl RequestLimits {
             .sum::<usize>()
             + submission.prompt.as_ref().map_or(0, Prompt::weight_bytes);
         if text_bytes > self.max_prompt_bytes {
-            return Err(format!(
-                "the prompt has {text_bytes} bytes of text, over this model's limit \
-                 max_prompt_bytes = {}",
-                self.max_prompt_bytes
-            ));
+            return over(
+                text_field,
+                format!(
+                    "the prompt has {text_bytes} bytes of text, over this model's limit \
+                     max_prompt_bytes = {}",
+                    self.max_prompt_bytes
+                ),
+            );
         }
         if request.stop.len() > self.max_stop_sequences {
-            return Err(format!(
-                "{} stop sequences exceed this model's limit max_stop_sequences = {}",
-                request.stop.len(),
-                self.max_stop_sequences
-            ));
+            return over(
+                "stop",
+                format!(
+                    "{} stop sequences exceed this model's limit max_stop_sequences = {}",
+                    request.stop.len(),
+                    self.max_stop_sequences
+                ),
+            );
         }
         if let Some(long) = request.stop.iter().find(|s| s.len() > self.max_stop_bytes) {
-            return Err(format!(
-                "a stop sequence of {} bytes exceeds this model's limit max_stop_bytes = {}",
-                long.len(),
-                self.max_stop_bytes
-            ));
+            return over(
+                "stop",
+                format!(
+                    "a stop sequence of {} bytes exceeds this model's limit max_stop_bytes = {}",
+                    long.len(),
+                    self.max_stop_bytes
+                ),
+            );
         }
         Ok(())
     }
@@ -206,6 +237,8 @@ pub enum Refusal {
     Unavailable(String),
     /// The plugin refused the request itself (bad input, panic, ...): no fallback.
     Failed(PluginError),
+    /// Over one of the instance's operator caps: no fallback (HTTP 400 naming the field).
+    OverCap(OverCap),
 }
 
 /// A request admitted into an instance. Dropping it before the request finished cancels the
@@ -380,9 +413,10 @@ impl Instance {
                 self.state()
             )));
         }
-        if let Err(message) = self.limits.request.apply(&mut submission) {
-            return Err(Refusal::Failed(PluginError::invalid_request(message)));
-        }
+        self.limits
+            .request
+            .apply(&mut submission)
+            .map_err(Refusal::OverCap)?;
         let Submission { request, prompt } = submission;
         let request = match &prompt {
             None => request,

@@ -70,6 +70,9 @@ pub fn dispatch(
                 Err(Refusal::Unavailable(m)) => unavailable = Some(m),
                 Err(Refusal::Unsupported(m)) => unsupported = Some(m),
                 Err(Refusal::Failed(e)) => return Err(ApiError::from_plugin(&e, retry_after)),
+                Err(Refusal::OverCap(cap)) => {
+                    return Err(ApiError::invalid_param(cap.param, cap.message))
+                }
             }
         }
         if let Some(m) = full {

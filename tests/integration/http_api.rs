@@ -201,6 +201,21 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
         .transcribe("echo-a", "a.wav", vec![0u8; 5], &[])
         .await;
     assert_eq!(status, 400);
+
+    // A temperature outside OpenAI's 0–1 for transcriptions is refused by name.
+    for temperature in ["1e30", "-0.5", "NaN"] {
+        let (status, body) = server
+            .transcribe(
+                "mirror-a",
+                "clip.wav",
+                vec![0u8; 44],
+                &[("temperature", temperature)],
+            )
+            .await;
+        assert_eq!(status, 400, "{temperature}: {body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["param"], "temperature", "{body}");
+    }
 }
 
 #[tokio::test]

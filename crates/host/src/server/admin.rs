@@ -117,6 +117,9 @@ pub struct AdminGuard {
     trust_loopback: bool,
 }
 
+/// An `Authorization` value's scheme, with the space that ends it.
+const BEARER: &[u8] = b"Bearer ";
+
 /// The header that marks a `POST /admin/*` as not sent by a browser form.
 pub const ADMIN_HEADER: &str = "x-switchyard-admin";
 
@@ -134,7 +137,13 @@ impl AdminGuard {
     fn token_matches(&self, given: Option<&[u8]>) -> bool {
         match (self.token_digest, given) {
             (Some(expected), Some(given)) => {
-                let given = digest_bytes(given);
+                // The scheme's name is case-insensitive (RFC 9110): `bearer x` is `Bearer x`.
+                let given = match given.split_at_checked(BEARER.len()) {
+                    Some((scheme, token)) if scheme.eq_ignore_ascii_case(BEARER) => {
+                        digest_bytes(&[b"Bearer ".as_slice(), token].concat())
+                    }
+                    _ => digest_bytes(given),
+                };
                 bool::from(expected.ct_eq(&given))
             }
             _ => false,
@@ -293,5 +302,9 @@ mod tests {
         assert!(!guard.token_matches(Some(b"Bearer s3cret-token-01234567890")));
         assert!(!guard.token_matches(None));
         assert!(!AdminGuard::new(None, true).token_matches(Some(b"Bearer ")));
+        assert!(guard.token_matches(Some(b"bearer s3cret-token-0123456789")));
+        assert!(guard.token_matches(Some(b"BEARER s3cret-token-0123456789")));
+        assert!(!guard.token_matches(Some(b"Basic s3cret-token-0123456789")));
+        assert!(!guard.token_matches(Some(b"bearer S3cret-token-0123456789")));
     }
 }

@@ -316,6 +316,20 @@ impl CompletionRequest {
                 return Err(ApiError::invalid_param("prompt", "the prompt is empty"))
             }
             PromptField::Tokens(ids) => Prompt::Tokens(ids.clone()),
+            // Not strings nor arrays: an array of ids with one that is no token id.
+            PromptField::Batch(items) if items.iter().all(|v| !(v.is_string() || v.is_array())) => {
+                let (at, bad) = items
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| v.as_u64().is_none_or(|id| id > u64::from(u32::MAX)))
+                    .expect("an array of u32 ids parses as Tokens");
+                return Err(ApiError::invalid_param(
+                    "prompt",
+                    format!(
+                        "prompt[{at}] = {bad} is not a token id (an integer from 0 to 2^32 - 1)"
+                    ),
+                ));
+            }
             PromptField::Batch(prompts) => {
                 return Err(ApiError::invalid_param(
                     "prompt",
@@ -354,7 +368,12 @@ impl CompletionRequest {
 /// `data:[<mime>][;base64],<payload>`. Only base64 payloads are meaningful for media; remote URLs
 /// are refused because the server fetches nothing on a client's behalf.
 fn decode_data_uri(url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
-    let Some(rest) = url.strip_prefix("data:") else {
+    // Schemes and the `base64` token are case-insensitive (RFC 3986, RFC 2397).
+    let rest = url
+        .get(..5)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("data:"))
+        .map(|_| &url[5..]);
+    let Some(rest) = rest else {
         return Err(ApiError::invalid_param(
             param,
             "image_url must be a data: URI (data:image/png;base64,...); remote URLs are not fetched",
@@ -366,7 +385,12 @@ fn decode_data_uri(url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
             "malformed data: URI (no comma)",
         ));
     };
-    if !meta.ends_with(";base64") {
+    let base64 = meta
+        .len()
+        .checked_sub(7)
+        .and_then(|at| meta.get(at..))
+        .is_some_and(|end| end.eq_ignore_ascii_case(";base64"));
+    if !base64 {
         return Err(ApiError::invalid_param(
             param,
             "data: URI must be base64-encoded",
@@ -394,6 +418,44 @@ mod tests {
         serde_json::from_str::<ChatRequest>(json)
             .unwrap()
             .to_plugin(7)
+    }
+
+    #[test]
+    fn data_uris_are_case_insensitive_in_scheme_and_encoding() {
+        for url in ["DATA:image/png;BASE64,AAEC", "Data:image/png;Base64,AAEC"] {
+            assert_eq!(decode_data_uri(url, "p").unwrap(), vec![0u8, 1, 2], "{url}");
+        }
+        assert!(decode_data_uri("https://example.com/a.png", "p").is_err());
+        assert!(decode_data_uri("data:image/png,AAEC", "p").is_err());
+        assert!(decode_data_uri("dat", "p").is_err());
+    }
+
+    #[test]
+    fn a_prompt_with_a_value_that_is_no_token_id_names_it() {
+        for (prompt, named) in [
+            ("[1,2,4294967296]", "prompt[2] = 4294967296"),
+            ("[-1]", "prompt[0] = -1"),
+            ("[1.5]", "prompt[0] = 1.5"),
+            ("[1,2,null]", "prompt[2] = null"),
+        ] {
+            let body = format!(r#"{{"model":"m","prompt":{prompt}}}"#);
+            let err = serde_json::from_str::<CompletionRequest>(&body)
+                .unwrap()
+                .to_plugin(1)
+                .unwrap_err();
+            assert!(err.message.contains(named), "{prompt}: {}", err.message);
+            assert_eq!(err.param.as_deref(), Some("prompt"));
+        }
+        let batch = r#"{"model":"m","prompt":["a","b"]}"#;
+        let err = serde_json::from_str::<CompletionRequest>(batch)
+            .unwrap()
+            .to_plugin(1)
+            .unwrap_err();
+        assert!(
+            err.message.contains("a batch of 2 prompts"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

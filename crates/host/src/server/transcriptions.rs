@@ -70,11 +70,18 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
             }
             "temperature" => {
                 let text = field.text().await.map_err(field_error)?;
-                form.temperature = Some(
-                    text.trim()
-                        .parse()
-                        .map_err(|_| ApiError::invalid_param("temperature", "not a number"))?,
-                );
+                let temperature: f32 = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| ApiError::invalid_param("temperature", "not a number"))?;
+                // OpenAI's range for transcriptions (chat's is 0–2).
+                if !(0.0..=1.0).contains(&temperature) {
+                    return Err(ApiError::invalid_param(
+                        "temperature",
+                        "must be between 0 and 1",
+                    ));
+                }
+                form.temperature = Some(temperature);
             }
             "stream" => form.stream = field.text().await.map_err(field_error)?.trim() == "true",
             // language, timestamp_granularities[], include[] ...: accepted and ignored.

@@ -49,7 +49,12 @@ fn header(bytes: &[u8], options: &ImageOptions) -> Result<(ImageFormat, u32, u32
     ) {
         return Err(ImageError::UnsupportedFormat);
     }
-    let (width, height) = ImageReader::with_format(Cursor::new(bytes), format)
+    // Only the header is read here, and `check_pixels` is the limit: the `image` crate's own
+    // allocation limit would refuse a 2^31 × 1 header as "Memory limit exceeded", naming no
+    // limit of ours.
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    reader.no_limits();
+    let (width, height) = reader
         .into_dimensions()
         .map_err(|e| ImageError::Decode(e.to_string()))?;
     check_pixels(width, height, options.max_pixels)?;

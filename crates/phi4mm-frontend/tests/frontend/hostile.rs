@@ -196,6 +196,19 @@ fn png_header_of_100000_by_100000_is_refused_before_decoding() {
 }
 
 #[test]
+fn a_png_header_wider_than_any_buffer_is_refused_by_the_pixel_limit() {
+    let err = image::preprocess(
+        &png_bomb_header(i32::MAX as u32, 1),
+        &ImageOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, ImageError::TooManyPixels { width, .. } if width == i32::MAX as u32),
+        "{err}"
+    );
+}
+
+#[test]
 fn malformed_images_are_errors() {
     let png = switchyard_fixtures::read("inputs/img_small.png");
     assert!(matches!(

@@ -23,7 +23,7 @@ mod tokenize;
 #[command(
     name = "phi4mm",
     version,
-    about = "Phi-4-multimodal tool: features, image prep, tokenize, generate"
+    about = "Phi-4-multimodal tool: features, image prep, tokenize, generate, batch, benchmarks, the IREE artifact cache"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -53,7 +53,7 @@ enum Command {
     BenchFrontend(bench_frontend::BenchFrontendArgs),
     /// Benchmark the vision tower on one 1344×896 image: host, and MLX where built.
     BenchVision(bench_vision::BenchVisionArgs),
-    /// Inspect and clean the IREE artifact cache: ls, verify, gc.
+    /// The IREE artifact cache: warm (compile ahead), ls, verify, gc.
     Cache(cache::Args),
 }
 

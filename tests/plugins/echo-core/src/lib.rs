@@ -146,8 +146,8 @@ pub fn create(
         return Err(PluginError::invalid_settings("slots must be at least 1"));
     }
     services.info(&format!(
-        "echo model created: {} slots, queue {}, {} ms per token",
-        settings.slots, settings.queue, settings.token_delay_ms
+        "{} model created: {} slots, queue {}, {} ms per token",
+        flavour.plugin, settings.slots, settings.queue, settings.token_delay_ms
     ));
     Ok(EchoModel {
         flavour,

@@ -195,6 +195,18 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
         text.contains(r#""text":"transcript: [audio:mp3:5B]""#),
         "{text}"
     );
+    // The done event's usage has the same shape as the answer's (OpenAI's for transcriptions).
+    let done: serde_json::Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .find(|v: &serde_json::Value| v["type"] == "transcript.text.done")
+        .unwrap_or_else(|| panic!("no done event: {text}"));
+    assert_eq!(done["usage"]["type"], "tokens", "{done}");
+    for key in ["input_tokens", "output_tokens", "total_tokens"] {
+        assert!(done["usage"][key].is_u64(), "{key}: {done}");
+        assert!(body["usage"][key].is_u64(), "{key}: {body}");
+    }
 
     // The echo model serves no transcriptions: a clear 400.
     let (status, _) = server

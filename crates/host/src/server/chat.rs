@@ -3,10 +3,7 @@
 use super::{
     error::ApiError,
     event_stream::Answer,
-    generation::{
-        admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageCounts,
-        UsageField,
-    },
+    generation::{admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageField},
     logprobs::{self, LogprobsFormat},
     openai::ChatRequest,
     outcome::{self, Refused, Served},
@@ -26,7 +23,7 @@ use std::{
     sync::Arc,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
-use switchyard_plugin_api::{Endpoint, FinishReason, Request, TokenLogprobs, Usage};
+use switchyard_plugin_api::{Endpoint, FinishReason, Request, TokenLogprobs};
 
 /// The handler of its route: [`chat`], with its refusals counted.
 pub async fn chat_completions(
@@ -209,10 +206,6 @@ impl ChunkFormat for ChatChunks {
             finish_reason: Some(reason.as_openai()),
         }
     }
-}
-
-pub fn usage_json(usage: Usage) -> Value {
-    serde_json::to_value(UsageCounts::from(usage)).expect("the usage serialises")
 }
 
 pub fn unix_now() -> u64 {

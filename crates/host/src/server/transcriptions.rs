@@ -3,7 +3,6 @@
 //! the instruction its model needs.
 
 use super::{
-    chat::usage_json,
     dispatch::dispatch,
     error::ApiError,
     event_stream::{EventStream, Step},
@@ -195,14 +194,22 @@ async fn transcribe(
     } else {
         match events.answer().await {
             Ok(answer) if response_format == "text" => answer.text.into_response(),
-            Ok(answer) => Json(json!({"text": answer.text, "usage": {"type": "tokens",
-                "input_tokens": answer.usage.prompt_tokens, "output_tokens": answer.usage.completion_tokens,
-                "total_tokens": answer.usage.prompt_tokens + answer.usage.completion_tokens}}))
-            .into_response(),
+            Ok(answer) => {
+                Json(json!({"text": answer.text, "usage": transcription_usage(answer.usage)}))
+                    .into_response()
+            }
             Err(failure) => failure.to_api_error(retry_after).into_response(),
         }
     };
     Ok(Served::new(instance, response))
+}
+
+/// OpenAI's usage object of a transcription, streamed or not (token-billed models): not chat's
+/// `prompt_tokens` / `completion_tokens`.
+fn transcription_usage(usage: switchyard_plugin_api::Usage) -> serde_json::Value {
+    json!({"type": "tokens", "input_tokens": usage.prompt_tokens,
+           "output_tokens": usage.completion_tokens,
+           "total_tokens": usage.prompt_tokens + usage.completion_tokens})
 }
 
 /// `transcript.text.delta` per token, then `transcript.text.done` with the whole text.
@@ -217,7 +224,7 @@ fn stream_transcript(
             json!({"type": "transcript.text.delta", "delta": piece.as_str()})
         }
         Step::Finished { usage, .. } => {
-            json!({"type": "transcript.text.done", "text": text, "usage": usage_json(usage)})
+            json!({"type": "transcript.text.done", "text": text, "usage": transcription_usage(usage)})
         }
         Step::Failed(failure) => failure.to_api_error(retry_after).body(),
     });

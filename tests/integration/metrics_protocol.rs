@@ -407,3 +407,69 @@ async fn phi4mm_reports_the_kv_positions_of_its_rows_and_its_resident_adapters()
     assert!(s[2].counter("vllm:prompt_tokens", PHI) > 0.0);
     assert!(s[2].counter("vllm:generation_tokens", PHI) > 0.0);
 }
+
+/// The (instance, model_name) of every `vllm:prompt_tokens` series in a scrape, sorted, as the
+/// reference parser reads them.
+fn prompt_token_series(text: &str) -> Vec<(String, String)> {
+    let scrape = parse(&[text.to_string()]).remove(0);
+    let family = scrape.family("vllm:prompt_tokens", "counter");
+    let mut series: Vec<_> = family["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[0] == "vllm:prompt_tokens_total")
+        .map(|s| {
+            let label = |name: &str| s[1][name].as_str().unwrap_or_default().to_string();
+            (label("instance"), label("model_name"))
+        })
+        .collect();
+    series.sort();
+    series
+}
+
+/// One series per serving instance from its start, so an idle instance shows zeros; a reload
+/// that renames an instance's route moves its series to the new name, and an instance the
+/// reload removes loses its series once it has stopped. Before, an instance had no series
+/// until its first request, and the old names' series stayed beside the new ones.
+#[tokio::test]
+async fn every_serving_instance_has_its_series_and_no_other_does() {
+    let config = |route: &str, with_b: bool| {
+        let b = if with_b {
+            "[[models]]\nname = \"b\"\nplugin = \"echo\"\nkind = \"echo\"\n"
+        } else {
+            ""
+        };
+        format!(
+            "[[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+             [[models]]\nname = \"a\"\nplugin = \"echo\"\nkind = \"echo\"\n{b}\
+             [[routes]]\nmodels = [\"{route}\"]\nbackends = [{{ model = \"a\" }}]\n",
+            plugin_lib("echo").display()
+        )
+    };
+    let pair = |i: &str, m: &str| (i.to_string(), m.to_string());
+    let server = Server::start(&config("assistant", true)).await;
+    let text = server.metrics().await;
+    assert_eq!(
+        prompt_token_series(&text),
+        [pair("a", "assistant"), pair("b", "b")],
+        "{text}"
+    );
+    let reply = server
+        .chat(json!({"model": "assistant", "messages": user("one two")}))
+        .await;
+    assert_eq!(reply.status, 200);
+
+    server.rewrite_config(&config("helper", false));
+    let (status, report) = server.reload().await;
+    assert_eq!(status, 200, "{report}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = server.metrics().await;
+        let series = prompt_token_series(&text);
+        if series == [pair("a", "helper")] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{series:?} in\n{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

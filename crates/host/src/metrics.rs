@@ -25,6 +25,7 @@ use prometheus_client::{
     registry::Registry,
 };
 use std::{
+    collections::HashSet,
     fmt::Write,
     sync::{atomic::AtomicU64, Arc, Mutex},
     time::Duration,
@@ -239,13 +240,14 @@ const VLLM_E2E_BUCKETS: [f64; 21] = [
 ];
 
 /// The per-request `vllm:*` families.
-#[derive(Clone)]
 struct VllmFamilies {
     prompt_tokens: Family<ServedLabels, Counter>,
     generation_tokens: Family<ServedLabels, Counter>,
     time_to_first_token: HistogramFamily<ServedLabels>,
     time_per_output_token: HistogramFamily<ServedLabels>,
     e2e_latency: HistogramFamily<ServedLabels>,
+    /// The label sets that have series in the families above (a family lists none).
+    keys: Mutex<HashSet<ServedLabels>>,
 }
 
 impl VllmFamilies {
@@ -258,6 +260,7 @@ impl VllmFamilies {
                 Histogram::new(VLLM_TPOT_BUCKETS)
             }),
             e2e_latency: Family::new_with_constructor(|| Histogram::new(VLLM_E2E_BUCKETS)),
+            keys: Mutex::default(),
         }
     }
 }
@@ -347,6 +350,7 @@ impl Metrics {
     ) -> InstanceSeries {
         let v = &self.0.vllm;
         let key = &*served;
+        v.keys.lock().unwrap().insert(key.clone());
         InstanceSeries {
             vllm: RequestSeries {
                 prompt_tokens: v.prompt_tokens.get_or_create(key).clone(),
@@ -361,6 +365,25 @@ impl Metrics {
             served,
             served_by,
         }
+    }
+
+    /// Drops the `vllm:*` series of every label set but `live`'s: those of instances that
+    /// stopped, and of names an instance is no longer served under. An instance keeps the
+    /// series it writes to (it holds them); a series dropped here is only no longer exposed.
+    pub fn keep_vllm_series<'a>(&self, live: impl IntoIterator<Item = &'a ServedLabels>) {
+        let live: HashSet<&ServedLabels> = live.into_iter().collect();
+        let v = &self.0.vllm;
+        v.keys.lock().unwrap().retain(|key| {
+            if live.contains(key) {
+                return true;
+            }
+            v.prompt_tokens.remove(key);
+            v.generation_tokens.remove(key);
+            v.time_to_first_token.remove(key);
+            v.time_per_output_token.remove(key);
+            v.e2e_latency.remove(key);
+            false
+        });
     }
 
     pub fn request_ended(&self, end: &RequestEnd<'_>) {

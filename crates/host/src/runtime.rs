@@ -193,6 +193,27 @@ impl Runtime {
         }
     }
 
+    /// Gives every serving instance its `vllm:*` series now (an idle one shows zeros, as the
+    /// picker expects one series per instance) and drops those of label sets no instance
+    /// serves under any more: instances stopped, names changed by a reload.
+    pub(crate) fn refresh_vllm_series(&self) {
+        let deployment = self.current();
+        let retiring = self.retired_instances();
+        let live: Vec<_> = deployment
+            .instances()
+            .inspect(|instance| {
+                instance.request_series(&self.metrics);
+            })
+            .chain(
+                retiring
+                    .iter()
+                    .filter(|i| i.state() != InstanceState::Stopped),
+            )
+            .map(|instance| instance.served_labels())
+            .collect();
+        self.metrics.keep_vllm_series(live.iter().map(|l| &**l));
+    }
+
     /// Held by a reload from start to swap.
     pub(crate) async fn reload_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.reload_lock.lock().await

@@ -182,8 +182,14 @@ impl Runtime {
             .collect();
         for instance in &retiring {
             self.remember_retired(instance.clone());
-            tokio::spawn(drain(instance.clone(), drain_deadline));
+            let runtime = self.clone();
+            let instance = instance.clone();
+            tokio::spawn(async move {
+                drain(instance, drain_deadline).await;
+                runtime.refresh_vllm_series();
+            });
         }
+        self.refresh_vllm_series();
 
         let label = |i: &Arc<Instance>| format!("{} ({})", i.name, i.plugin_label());
         Ok(ReloadReport {

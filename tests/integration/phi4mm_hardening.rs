@@ -505,3 +505,54 @@ pub async fn hostile_round(server: &Server) {
         .await;
     assert_eq!(reply.status, 200, "split <|end|>: {:?}", reply.body);
 }
+
+/// A client that stops reading its stream must not pause the instance's other requests, which
+/// Phi4MM's scheduler steps on the same thread. It used to: the host's event sink blocked that
+/// thread until the client read or `event_send_timeout_secs` passed (a 2-token request took 28 s
+/// behind such a client at the default 30 s). Now the stalled request is cancelled and the
+/// other request is answered at once.
+#[tokio::test]
+async fn a_client_that_stops_reading_does_not_pause_the_other_requests() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start(&config(
+        "event_buffer = 4\nevent_send_timeout_secs = 20",
+        "",
+        "",
+    ))
+    .await;
+    // A stream of large events (20 alternatives per token) to a client with a tiny receive
+    // buffer that reads nothing: the socket fills, then the request's event window.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr = server.base.trim_start_matches("http://").parse().unwrap();
+    let mut stalled = socket.connect(addr).await.unwrap();
+    let body = json!({"model": "phi4mm-tiny", "stream": true, "max_tokens": 4000,
+                      "temperature": 0, "logprobs": true, "top_logprobs": 20,
+                      "messages": user("tell me a long story")})
+    .to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    stalled.write_all(body.as_bytes()).await.unwrap();
+    // The tiny model makes about 650 tokens a second: by now it has written megabytes, far
+    // more than the socket's buffers hold for a client that reads nothing.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let t = Instant::now();
+    let reply = server.chat(chat(json!("ok"))).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "a request behind a client that reads nothing took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        server.log().contains("a client stopped reading its events"),
+        "{}",
+        server.log()
+    );
+    drop(stalled);
+}

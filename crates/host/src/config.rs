@@ -71,11 +71,12 @@ pub struct ServerConfig {
     /// the request's deadline, and the host ends the request with HTTP 504 (or an SSE error).
     #[serde(default = "default_request_timeout")]
     pub request_timeout_secs: f64,
-    /// Events per request that may wait unread before the plugin's `send` blocks.
+    /// Events per request that may wait unread before the request counts as stalled (see
+    /// `crate::sink`); a stalled request is cancelled when twice as many wait.
     #[serde(default = "default_event_buffer")]
     pub event_buffer: usize,
-    /// Longest a plugin's `send` blocks on a client that reads nothing; then the request is
-    /// cancelled.
+    /// Longest a request may stay stalled, its client reading nothing; then it is cancelled.
+    /// A plugin's `send` never blocks.
     #[serde(default = "default_event_send_timeout")]
     pub event_send_timeout_secs: f64,
     /// Longest the creation plus warm-up of one instance may take in a reload.

@@ -3,33 +3,30 @@
 //! (client disconnected) the receiver is dropped and `send` returns false, which tells the plugin
 //! to cancel.
 //!
-//! **The channel is bounded** (`server.event_buffer` events per request), with backpressure to
-//! the plugin: when that many events wait unread (a client that reads slower than the model
-//! writes), `send` blocks the plugin's thread until the handler reads one. So a slow client holds
-//! at most `event_buffer` events in memory, and the model slows down to its pace instead.
-//!
-//! A stuck client must not wedge the plugin forever, for a plugin thread (Phi4MM's scheduler)
-//! may serve many requests at once: `send` waits at most `server.event_send_timeout_secs` in
-//! total per blocked event and returns false when that passes (as for a client that went away:
-//! the plugin drops the request, the client sees its stream end with an error or its
-//! connection closed), and it returns false at once when the receiver is dropped meanwhile. The
-//! cost of that bound is that one stuck client can pause such a shared thread for up to the
-//! timeout; operators who batch many requests on one thread keep it short.
+//! **`send` never blocks.** A plugin thread may serve many requests at once (Phi4MM's scheduler
+//! steps all its rows together), so a client that stops reading must not hold it: when it did
+//! (backpressure, a blocking `send`), one such client paused every request of the instance for
+//! `event_send_timeout_secs` at a time, again and again. Instead each request has a window of
+//! `server.event_buffer` unread events. A request whose window is full is *stalled*: its events
+//! still queue, up to [`STALLED_ROOM`] windows' worth, and `send` returns false (cancel) once it
+//! has stayed stalled for `server.event_send_timeout_secs` without its client reading, or once
+//! that room is full. A client that reads, even slowly, takes every waiting event at each read
+//! and is never cut; one that reads nothing loses its request, and holds at most
+//! `STALLED_ROOM × event_buffer` events until then.
 //!
 //! A `send` made on one of the host's async threads (a plugin answering inside `submit`, as the
-//! echo fixture's `inline` mode does) never blocks, for the reader may be that very thread: such
-//! events are counted but not held back. `submit` is synchronous and bounded by the request
-//! itself, so this cannot grow without end.
+//! echo fixture's `inline` mode does) is never refused for room, for the reader may be that very
+//! thread and has read nothing yet: `submit` is synchronous and bounded by the request itself.
 
 use std::{
     collections::VecDeque,
-    sync::{Arc, Condvar, Mutex},
+    sync::{Arc, Mutex},
     task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
-use switchyard_plugin_api::{Event, EventSink, EventSinkBox, EventSink_TO};
+use switchyard_plugin_api::{Event, EventSink, EventSinkBox, EventSink_TO, PluginError};
 
-/// How many events may wait unread per request, and how long a plugin's `send` may block.
+/// How many events may wait unread per request, and how long a request may stay stalled.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SinkLimits {
     pub capacity: usize,
@@ -45,27 +42,28 @@ impl Default for SinkLimits {
     }
 }
 
+/// A stalled request's events queue up to this many windows (`event_buffer` events each), then
+/// it is cancelled: the bound on what a client that reads nothing makes the server hold.
+pub const STALLED_ROOM: usize = 2;
+
 /// What the sink and the receiver share. One lock per event on each side, and no other
 /// synchronisation: a short request's dozen events were a noticeable share of its cost when
 /// each also went through a channel of its own.
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when a blocked sender may go on: room in the window, or the receiver gone.
-    room: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     unread: VecDeque<Event>,
-    /// The receiver is gone (the client disconnected).
+    /// The receiver is gone (the client disconnected), or the request was cancelled stalled.
     closed: bool,
     /// The sink is gone: after the unread events, the stream ends.
     ended: bool,
     /// The reading task, waiting for an event.
     reader: Option<Waker>,
-    /// Senders blocked on a full window. The reader signals `room` only when there are some: a
-    /// condvar notification is a system call, and most events find nobody waiting.
-    waiting: usize,
+    /// Since when the window has been full with no read: the request is stalled.
+    stalled_since: Option<Instant>,
 }
 
 pub struct ChannelSink {
@@ -73,34 +71,62 @@ pub struct ChannelSink {
     limits: SinkLimits,
 }
 
+impl ChannelSink {
+    /// Whether a stalled request has had its time or its room: then it is cancelled.
+    fn past_stall(&self, state: &State) -> bool {
+        let Some(since) = state.stalled_since else {
+            return false;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return false;
+        }
+        let out_of_room = state.unread.len() >= STALLED_ROOM * self.limits.capacity;
+        if out_of_room || since.elapsed() >= self.limits.send_timeout {
+            tracing::warn!(
+                unread = state.unread.len(),
+                timeout_secs = self.limits.send_timeout.as_secs_f64(),
+                "a client stopped reading its events (event_buffer, event_send_timeout_secs); \
+                 cancelling its request"
+            );
+            return true;
+        }
+        false
+    }
+}
+
 impl EventSink for ChannelSink {
     fn send(&self, event: Event) -> bool {
         let mut state = self.shared.state.lock().unwrap();
-        // On one of the host's async threads the reader may be this very thread: never block.
-        if !state.closed
-            && state.unread.len() >= self.limits.capacity
-            && tokio::runtime::Handle::try_current().is_err()
-        {
-            let until = Instant::now() + self.limits.send_timeout;
-            state.waiting += 1;
-            while !state.closed && state.unread.len() >= self.limits.capacity {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    state.waiting -= 1;
-                    tracing::warn!(
-                        timeout_secs = self.limits.send_timeout.as_secs_f64(),
-                        "a client read no event within event_send_timeout_secs; cancelling its request"
-                    );
-                    return false;
-                }
-                state = self.shared.room.wait_timeout(state, left).unwrap().0;
-            }
-            state.waiting -= 1;
-        }
         if state.closed {
             return false;
         }
+        if self.past_stall(&state) {
+            // What waits is dropped now, and the request ends cancelled, said so to the
+            // handler should it ever read again.
+            state.closed = true;
+            let cancelled = Event::Failed(PluginError::cancelled(format!(
+                "the client read none of its last {} events within event_send_timeout_secs = \
+                 {} (or let {} wait: event_buffer = {} times {STALLED_ROOM}); the request was \
+                 cancelled",
+                state.unread.len(),
+                self.limits.send_timeout.as_secs_f64(),
+                state.unread.len(),
+                self.limits.capacity,
+            )));
+            let unread = std::mem::replace(&mut state.unread, VecDeque::from([cancelled]));
+            let reader = state.reader.take();
+            drop(state);
+            drop(unread);
+            if let Some(reader) = reader {
+                reader.wake();
+            }
+            return false;
+        }
         state.unread.push_back(event);
+        if state.unread.len() >= self.limits.capacity && state.stalled_since.is_none() {
+            // The window is full: the stall's clock runs from now until the next read.
+            state.stalled_since = Some(Instant::now());
+        }
         let reader = state.reader.take();
         drop(state);
         if let Some(reader) = reader {
@@ -124,8 +150,7 @@ impl Drop for ChannelSink {
 
 /// The handler's end of a request's events. It takes the unread events in batches, all that
 /// are there under one lock (a fast plugin's whole answer, often), and hands them out one by
-/// one; so besides the `event_buffer` events in the channel, up to as many more wait in the
-/// batch being read.
+/// one; so besides the events in the channel, those of the batch being read wait too.
 pub struct EventReceiver {
     shared: Arc<Shared>,
     batch: VecDeque<Event>,
@@ -140,7 +165,7 @@ impl EventReceiver {
             return Poll::Ready(Some(event));
         }
         let mut state = self.shared.state.lock().unwrap();
-        if take_batch(&self.shared, &mut state, &mut self.batch) {
+        if take_batch(&mut state, &mut self.batch) {
             self.fresh = true;
             return Poll::Ready(self.batch.pop_front());
         }
@@ -160,7 +185,7 @@ impl EventReceiver {
             return Some(event);
         }
         let mut state = self.shared.state.lock().unwrap();
-        if !take_batch(&self.shared, &mut state, &mut self.batch) {
+        if !take_batch(&mut state, &mut self.batch) {
             return None;
         }
         drop(state);
@@ -190,25 +215,20 @@ impl Drop for EventReceiver {
         state.closed = true;
         // The events still unread go now, not when the plugin drops its sink.
         let unread = std::mem::take(&mut state.unread);
-        let waiting = state.waiting > 0;
         drop(state);
-        if waiting {
-            self.shared.room.notify_all();
-        }
         drop(unread);
     }
 }
 
-/// Moves every unread event into the (empty) `batch`; false when there was none.
-fn take_batch(shared: &Shared, state: &mut State, batch: &mut VecDeque<Event>) -> bool {
+/// Moves every unread event into the (empty) `batch`; false when there was none. A read ends
+/// a stall.
+fn take_batch(state: &mut State, batch: &mut VecDeque<Event>) -> bool {
     if state.unread.is_empty() {
         return false;
     }
     // The buffers trade places, so neither allocates once both have grown.
     std::mem::swap(&mut state.unread, batch);
-    if state.waiting > 0 {
-        shared.room.notify_all();
-    }
+    state.stalled_since = None;
     true
 }
 
@@ -225,7 +245,6 @@ pub fn channel(limits: SinkLimits) -> (EventSinkBox, EventReceiver) {
     };
     let shared = Arc::new(Shared {
         state: Mutex::new(state),
-        room: Condvar::new(),
     });
     let sink = ChannelSink {
         shared: shared.clone(),
@@ -272,52 +291,85 @@ mod tests {
         assert!(rx.try_recv().is_none());
     }
 
+    /// Sends on a plain thread, as a plugin's scheduler does; each must return at once.
+    fn send_timed(sink: &EventSinkBox) -> bool {
+        let t = Instant::now();
+        let sent = sink.send(started());
+        assert!(
+            t.elapsed() < Duration::from_millis(50),
+            "send waited {:?}",
+            t.elapsed()
+        );
+        sent
+    }
+
     #[test]
-    fn a_full_window_blocks_the_plugin_until_the_reader_reads_or_the_timeout() {
+    fn a_stalled_request_never_blocks_the_plugin_and_is_cancelled_after_the_timeout() {
         let limits = SinkLimits {
             capacity: 2,
             send_timeout: Duration::from_millis(300),
         };
         let (sink, mut rx) = channel(limits);
-        assert!(sink.send(started()));
-        assert!(sink.send(started()));
-        // Nobody reads: the third send waits the timeout, then gives up.
-        let t = Instant::now();
-        assert!(!sink.send(started()));
-        assert!(
-            t.elapsed() >= Duration::from_millis(280),
-            "{:?}",
-            t.elapsed()
-        );
+        // The window fills and stays full: sends still return at once and queue.
+        for _ in 0..3 {
+            assert!(send_timed(&sink));
+        }
+        // A read ends the stall; sending goes on.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(rx.try_recv().is_some());
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(send_timed(&sink));
+        assert!(send_timed(&sink));
+        // Now nobody reads: past the timeout since the window filled, the request is
+        // cancelled, and the reader learns why.
+        std::thread::sleep(Duration::from_millis(350));
+        assert!(!send_timed(&sink));
+        assert!(!send_timed(&sink), "a cancelled request stays cancelled");
+        let mut last = None;
+        while let Some(event) = rx.try_recv() {
+            last = Some(event);
+        }
+        match last {
+            Some(Event::Failed(e)) => {
+                assert!(e.message.contains("event_send_timeout_secs"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
-        // A reader frees room and the blocked sender goes on.
+    #[test]
+    fn a_stalled_request_that_fills_its_room_is_cancelled_at_once() {
+        let limits = SinkLimits {
+            capacity: 4,
+            send_timeout: Duration::from_secs(60),
+        };
+        let (sink, _rx) = channel(limits);
+        for _ in 0..STALLED_ROOM * 4 {
+            assert!(send_timed(&sink));
+        }
+        assert!(!send_timed(&sink));
+    }
+
+    #[test]
+    fn sends_on_the_hosts_async_threads_are_never_refused_for_room() {
+        let limits = SinkLimits {
+            capacity: 1,
+            send_timeout: Duration::ZERO,
+        };
+        let (sink, mut rx) = channel(limits);
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
             .build()
             .unwrap();
-        let sender = std::thread::spawn(move || {
-            let t = Instant::now();
-            let sent = sink.send(started());
-            (sent, t.elapsed(), sink)
+        runtime.block_on(async {
+            for _ in 0..10 {
+                assert!(sink.send(started()));
+            }
         });
-        std::thread::sleep(Duration::from_millis(100));
-        runtime.block_on(async { assert!(rx.recv().await.is_some()) });
-        let (sent, waited, sink) = sender.join().unwrap();
-        assert!(sent);
-        assert!(waited >= Duration::from_millis(80), "{waited:?}");
-        // The reader took both waiting events in one batch, so the window had room for two:
-        // the sender's, and one more now, which fills it again.
-        assert!(sink.send(started()));
-
-        // A dropped receiver wakes a blocked sender at once, with false.
-        let sender = std::thread::spawn(move || {
-            let t = Instant::now();
-            (sink.send(started()), t.elapsed())
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        drop(rx);
-        let (sent, waited) = sender.join().unwrap();
-        assert!(!sent);
-        assert!(waited < Duration::from_millis(250), "{waited:?}");
+        drop(sink);
+        let mut read = 0;
+        while rx.try_recv().is_some() {
+            read += 1;
+        }
+        assert_eq!(read, 10);
     }
 }

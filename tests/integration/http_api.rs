@@ -348,4 +348,16 @@ async fn health_ready_models_and_metrics() {
     }
     // Admin endpoints are not on the public listener without a token.
     assert_eq!(get("/admin/status").await.unwrap().status(), 404);
+    // An unknown path gets the API's error shape, naming the path.
+    let r = get("/v1/chat/completion").await.unwrap();
+    assert_eq!(r.status(), 404);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_found", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("GET /v1/chat/completion"),
+        "{body}"
+    );
 }

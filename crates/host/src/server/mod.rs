@@ -50,7 +50,19 @@ pub fn main_router(runtime: Arc<Runtime>) -> Router {
         router = router
             .merge(admin::routes().layer(middleware::from_fn_with_state(guard, admin::guard)));
     }
-    router.with_state(runtime)
+    router.fallback(no_such_endpoint).with_state(runtime)
+}
+
+/// An unknown path, answered in the API's error shape rather than with an empty 404.
+async fn no_such_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> error::ApiError {
+    // The path is the client's: echoed escaped (JSON) and cut short.
+    let path: String = uri.path().chars().take(200).collect();
+    error::ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "not_found",
+        format!("no endpoint {method} {path} (see docs/api.md)"),
+    )
 }
 
 /// The admin listener's router (a loopback address): the token, or a loopback peer naming a
@@ -61,7 +73,7 @@ pub fn admin_router(runtime: Arc<Runtime>) -> Router {
     let router = admin::routes()
         .layer(middleware::from_fn_with_state(guard, admin::guard))
         .route("/health", get(health::health));
-    router.with_state(runtime)
+    router.fallback(no_such_endpoint).with_state(runtime)
 }
 
 /// Why serving stopped with an error. The messages are those of the underlying errors.

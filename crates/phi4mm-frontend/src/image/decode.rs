@@ -49,16 +49,31 @@ fn header(bytes: &[u8], options: &ImageOptions) -> Result<(ImageFormat, u32, u32
     ) {
         return Err(ImageError::UnsupportedFormat);
     }
-    // Only the header is read here, and `check_pixels` is the limit: the `image` crate's own
-    // allocation limit would refuse a 2^31 × 1 header as "Memory limit exceeded", naming no
-    // limit of ours.
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    reader.no_limits();
-    let (width, height) = reader
-        .into_dimensions()
-        .map_err(|e| ImageError::Decode(e.to_string()))?;
+    let (width, height) = match format {
+        ImageFormat::Png => png_dimensions(bytes)?,
+        _ => ImageReader::with_format(Cursor::new(bytes), format)
+            .into_dimensions()
+            .map_err(|e| ImageError::Decode(e.to_string()))?,
+    };
     check_pixels(width, height, options.max_pixels)?;
     Ok((format, width, height))
+}
+
+/// A PNG's dimensions, from its IHDR chunk, which the format puts first. Not through the PNG
+/// decoder: it reads every chunk before the image data (inflating an ICC profile, which can be
+/// a bomb), and it checks the image's whole buffer against its allocation limit, so a 2^31 × 1
+/// header was refused as "Memory limit exceeded" rather than by `max_image_pixels`.
+fn png_dimensions(bytes: &[u8]) -> Result<(u32, u32), ImageError> {
+    // The 8-byte signature, then the chunk: length (4), type (4), width (4), height (4).
+    match bytes.get(12..24) {
+        Some(chunk) if &chunk[..4] == b"IHDR" => {
+            let be = |at: usize| u32::from_be_bytes(chunk[at..at + 4].try_into().unwrap());
+            Ok((be(4), be(8)))
+        }
+        _ => Err(ImageError::Decode(
+            "not a PNG: its first chunk is not IHDR".into(),
+        )),
+    }
 }
 
 fn check_pixels(width: u32, height: u32, max_pixels: u64) -> Result<(), ImageError> {

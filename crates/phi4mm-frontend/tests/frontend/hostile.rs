@@ -2,7 +2,7 @@
 //! allocation sized from an attacker's header.
 
 use std::io::Cursor;
-use switchyard_fixtures::crafted::{flac_constant, png_bomb_header, wav_header};
+use switchyard_fixtures::crafted::{flac_constant, png_bomb_header, png_iccp_bomb, wav_header};
 use switchyard_phi4mm_frontend::audio::{
     self, AudioError, AudioOptions, RequestAudioError, ResampleMode, SampleLimit,
 };
@@ -1014,5 +1014,80 @@ fn metadata_bombs_are_refused_within_a_small_address_space() {
     assert!(
         !matches!(&honest, Err(AudioError::Decode(m)) if m.contains("ID3v2")),
         "{honest:?}"
+    );
+}
+
+/// Set in the child process that [`an_icc_profile_bomb_is_not_inflated_by_the_header_probe`]
+/// re-executes this test binary as: `probe` or `decoder`.
+#[cfg(target_os = "linux")]
+const ICCP_CHILD: &str = "SWITCHYARD_FRONTEND_ICCP_CHILD";
+
+/// The dimensions of a PNG are read from its IHDR chunk: the PNG decoder's own header read
+/// inflates every chunk before the image data, an ICC profile included, so a 300 kB image whose
+/// profile inflates to 256 MB cost that much before any limit of ours was checked (and without
+/// the `image` crate's allocation limit, as a review of a change here found, without bound).
+/// Each case runs in a fresh process, as the audio bombs do.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_icc_profile_bomb_is_not_inflated_by_the_header_probe() {
+    const INFLATED: usize = 256 << 20;
+    if let Ok(case) = std::env::var(ICCP_CHILD) {
+        let png = png_iccp_bomb(INFLATED);
+        let before = proc_status_kb("VmRSS:");
+        match case.as_str() {
+            "probe" => {
+                assert_eq!(
+                    image::decode::probe(&png, &ImageOptions::default()).unwrap(),
+                    (1, 1)
+                );
+            }
+            // What the probe must not do: the decoder's header read, unbounded.
+            "decoder" => {
+                let mut reader = ::image::ImageReader::with_format(
+                    std::io::Cursor::new(&png),
+                    ::image::ImageFormat::Png,
+                );
+                reader.no_limits();
+                assert_eq!(reader.into_dimensions().unwrap(), (1, 1));
+            }
+            other => panic!("unknown case {other}"),
+        }
+        let peak = proc_status_kb("VmHWM:");
+        println!("PEAK_GROWTH_KB={}", peak.saturating_sub(before));
+        return;
+    }
+    let growth_mb = |case: &str| -> f64 {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "hostile::an_icc_profile_bomb_is_not_inflated_by_the_header_probe",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ICCP_CHILD, case)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{case}: child failed\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kb: u64 = stdout
+            .lines()
+            .find_map(|l| l.split_once("PEAK_GROWTH_KB=").map(|(_, kb)| kb))
+            .unwrap_or_else(|| panic!("{case}: no measurement in\n{stdout}"))
+            .trim()
+            .parse()
+            .unwrap();
+        kb as f64 / 1024.0
+    };
+    let probe = growth_mb("probe");
+    let decoder = growth_mb("decoder");
+    eprintln!("peak growth: probe {probe:.1} MB, the decoder's header read {decoder:.1} MB");
+    assert!(probe < 8.0, "the probe grew {probe:.1} MB");
+    assert!(
+        decoder > 128.0,
+        "the decoder's header read grew only {decoder:.1} MB"
     );
 }

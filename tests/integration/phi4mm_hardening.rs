@@ -508,9 +508,9 @@ pub async fn hostile_round(server: &Server) {
 
 /// A client that stops reading its stream must not pause the instance's other requests, which
 /// Phi4MM's scheduler steps on the same thread. It used to: the host's event sink blocked that
-/// thread until the client read or `event_send_timeout_secs` passed (a 2-token request took 28 s
-/// behind such a client at the default 30 s). Now the stalled request is cancelled and the
-/// other request is answered at once.
+/// thread until the client read or `event_send_timeout_secs` passed (here 20 s: a 2-token request
+/// took 17.6 s). Now `send` never blocks, and the other request is answered at once (the
+/// stalled one is cancelled when its timeout passes, see `crate::sink`'s tests).
 #[tokio::test]
 async fn a_client_that_stops_reading_does_not_pause_the_other_requests() {
     use tokio::io::AsyncWriteExt;
@@ -548,11 +548,6 @@ async fn a_client_that_stops_reading_does_not_pause_the_other_requests() {
         t.elapsed() < Duration::from_secs(5),
         "a request behind a client that reads nothing took {:?}",
         t.elapsed()
-    );
-    assert!(
-        server.log().contains("a client stopped reading its events"),
-        "{}",
-        server.log()
     );
     drop(stalled);
 }

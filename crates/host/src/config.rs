@@ -71,8 +71,8 @@ pub struct ServerConfig {
     /// the request's deadline, and the host ends the request with HTTP 504 (or an SSE error).
     #[serde(default = "default_request_timeout")]
     pub request_timeout_secs: f64,
-    /// Events per request that may wait unread before the request counts as stalled (see
-    /// `crate::sink`); a stalled request is cancelled when twice as many wait.
+    /// Events per request that may wait unread before the request counts as stalled while its
+    /// client reads nothing (see `crate::sink`).
     #[serde(default = "default_event_buffer")]
     pub event_buffer: usize,
     /// Longest a request may stay stalled, its client reading nothing; then it is cancelled.

@@ -7,12 +7,12 @@
 //! steps all its rows together), so a client that stops reading must not hold it: when it did
 //! (backpressure, a blocking `send`), one such client paused every request of the instance for
 //! `event_send_timeout_secs` at a time, again and again. Instead each request has a window of
-//! `server.event_buffer` unread events. A request whose window is full is *stalled*: its events
-//! still queue, up to [`STALLED_ROOM`] windows' worth, and `send` returns false (cancel) once it
-//! has stayed stalled for `server.event_send_timeout_secs` without its client reading, or once
-//! that room is full. A client that reads, even slowly, takes every waiting event at each read
-//! and is never cut; one that reads nothing loses its request, and holds at most
-//! `STALLED_ROOM × event_buffer` events until then.
+//! `server.event_buffer` unread events. A request whose window is full and whose client has
+//! read nothing since is *stalled*: its events still queue, and `send` returns false (cancel)
+//! once it has stayed stalled for `server.event_send_timeout_secs`. Any event the handler hands
+//! on (it takes what waits in batches and writes them out one by one as the client reads)
+//! counts as a read and restarts that time, so a client that keeps reading, however slowly, is
+//! never cut. What a request holds is bounded by what its plugin sends: its `max_tokens`.
 //!
 //! A `send` made on one of the host's async threads (a plugin answering inside `submit`, as the
 //! echo fixture's `inline` mode does) is never refused for room, for the reader may be that very
@@ -20,7 +20,10 @@
 
 use std::{
     collections::VecDeque,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
@@ -42,15 +45,14 @@ impl Default for SinkLimits {
     }
 }
 
-/// A stalled request's events queue up to this many windows (`event_buffer` events each), then
-/// it is cancelled: the bound on what a client that reads nothing makes the server hold.
-pub const STALLED_ROOM: usize = 2;
-
 /// What the sink and the receiver share. One lock per event on each side, and no other
 /// synchronisation: a short request's dozen events were a noticeable share of its cost when
 /// each also went through a channel of its own.
 struct Shared {
     state: Mutex<State>,
+    /// Events the receiver has handed on so far: its progress, which the sender reads when the
+    /// window is full. Written with a plain store per event (no lock, no read-modify-write).
+    handed_on: AtomicU64,
 }
 
 #[derive(Default)]
@@ -62,8 +64,10 @@ struct State {
     ended: bool,
     /// The reading task, waiting for an event.
     reader: Option<Waker>,
-    /// Since when the window has been full with no read: the request is stalled.
+    /// Since when the window has been full with no event handed on: the request is stalled.
     stalled_since: Option<Instant>,
+    /// `Shared::handed_on` when `stalled_since` was last set.
+    handed_on_then: u64,
 }
 
 pub struct ChannelSink {
@@ -72,21 +76,27 @@ pub struct ChannelSink {
 }
 
 impl ChannelSink {
-    /// Whether a stalled request has had its time or its room: then it is cancelled.
-    fn past_stall(&self, state: &State) -> bool {
+    /// Whether a stalled request has had its time: then it is cancelled.
+    fn past_stall(&self, state: &mut State) -> bool {
         let Some(since) = state.stalled_since else {
             return false;
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             return false;
         }
-        let out_of_room = state.unread.len() >= STALLED_ROOM * self.limits.capacity;
-        if out_of_room || since.elapsed() >= self.limits.send_timeout {
+        let handed_on = self.shared.handed_on.load(Ordering::Relaxed);
+        if handed_on != state.handed_on_then {
+            // The client read since: its time starts again.
+            state.stalled_since = Some(Instant::now());
+            state.handed_on_then = handed_on;
+            return false;
+        }
+        if since.elapsed() >= self.limits.send_timeout {
             tracing::warn!(
                 unread = state.unread.len(),
                 timeout_secs = self.limits.send_timeout.as_secs_f64(),
-                "a client stopped reading its events (event_buffer, event_send_timeout_secs); \
-                 cancelling its request"
+                "a client stopped reading its events (event_send_timeout_secs); cancelling its \
+                 request"
             );
             return true;
         }
@@ -100,18 +110,15 @@ impl EventSink for ChannelSink {
         if state.closed {
             return false;
         }
-        if self.past_stall(&state) {
+        if self.past_stall(&mut state) {
             // What waits is dropped now, and the request ends cancelled, said so to the
             // handler should it ever read again.
             state.closed = true;
             let cancelled = Event::Failed(PluginError::cancelled(format!(
-                "the client read none of its last {} events within event_send_timeout_secs = \
-                 {} (or let {} wait: event_buffer = {} times {STALLED_ROOM}); the request was \
-                 cancelled",
-                state.unread.len(),
-                self.limits.send_timeout.as_secs_f64(),
-                state.unread.len(),
+                "the client read none of the events waiting for it (event_buffer = {}) within \
+                 event_send_timeout_secs = {}; the request was cancelled",
                 self.limits.capacity,
+                self.limits.send_timeout.as_secs_f64(),
             )));
             let unread = std::mem::replace(&mut state.unread, VecDeque::from([cancelled]));
             let reader = state.reader.take();
@@ -126,6 +133,7 @@ impl EventSink for ChannelSink {
         if state.unread.len() >= self.limits.capacity && state.stalled_since.is_none() {
             // The window is full: the stall's clock runs from now until the next read.
             state.stalled_since = Some(Instant::now());
+            state.handed_on_then = self.shared.handed_on.load(Ordering::Relaxed);
         }
         let reader = state.reader.take();
         drop(state);
@@ -156,6 +164,8 @@ pub struct EventReceiver {
     batch: VecDeque<Event>,
     /// The last event handed out began a new batch.
     fresh: bool,
+    /// Events handed out so far (published in `Shared::handed_on`).
+    handed_on: u64,
 }
 
 impl EventReceiver {
@@ -166,8 +176,9 @@ impl EventReceiver {
         }
         let mut state = self.shared.state.lock().unwrap();
         if take_batch(&mut state, &mut self.batch) {
+            drop(state);
             self.fresh = true;
-            return Poll::Ready(self.batch.pop_front());
+            return Poll::Ready(self.hand_on());
         }
         if state.ended {
             return Poll::Ready(None);
@@ -190,7 +201,7 @@ impl EventReceiver {
         }
         drop(state);
         self.fresh = true;
-        self.batch.pop_front()
+        self.hand_on()
     }
 
     /// Whether the event last handed out was the first of a batch taken from the channel (a
@@ -201,7 +212,17 @@ impl EventReceiver {
 
     fn next_of_batch(&mut self) -> Option<Event> {
         self.fresh = false;
-        self.batch.pop_front()
+        self.hand_on()
+    }
+
+    /// The batch's next event, counted as read: the sender sees the client's progress.
+    fn hand_on(&mut self) -> Option<Event> {
+        let event = self.batch.pop_front()?;
+        self.handed_on += 1;
+        self.shared
+            .handed_on
+            .store(self.handed_on, Ordering::Relaxed);
+        Some(event)
     }
 
     pub async fn recv(&mut self) -> Option<Event> {
@@ -245,6 +266,7 @@ pub fn channel(limits: SinkLimits) -> (EventSinkBox, EventReceiver) {
     };
     let shared = Arc::new(Shared {
         state: Mutex::new(state),
+        handed_on: AtomicU64::new(0),
     });
     let sink = ChannelSink {
         shared: shared.clone(),
@@ -255,6 +277,7 @@ pub fn channel(limits: SinkLimits) -> (EventSinkBox, EventReceiver) {
         shared,
         batch: VecDeque::new(),
         fresh: false,
+        handed_on: 0,
     };
     (sink, receiver)
 }
@@ -338,20 +361,26 @@ mod tests {
     }
 
     #[test]
-    fn a_stalled_request_that_fills_its_room_is_cancelled_at_once() {
+    fn a_client_that_keeps_reading_slowly_is_never_cancelled() {
         let limits = SinkLimits {
-            capacity: 4,
-            send_timeout: Duration::from_secs(60),
+            capacity: 2,
+            send_timeout: Duration::from_millis(200),
         };
-        let (sink, _rx) = channel(limits);
-        for _ in 0..STALLED_ROOM * 4 {
-            assert!(send_timed(&sink));
+        let (sink, mut rx) = channel(limits);
+        // The model writes three events for every one the client reads, 100 ms apart, for
+        // five timeouts: the window stays full, but the client reads.
+        for _ in 0..10 {
+            for _ in 0..3 {
+                assert!(send_timed(&sink));
+            }
+            assert!(rx.try_recv().is_some());
+            std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(!send_timed(&sink));
+        assert!(send_timed(&sink));
     }
 
     #[test]
-    fn sends_on_the_hosts_async_threads_are_never_refused_for_room() {
+    fn sends_on_the_hosts_async_threads_are_never_cancelled() {
         let limits = SinkLimits {
             capacity: 1,
             send_timeout: Duration::ZERO,

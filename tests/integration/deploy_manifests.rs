@@ -63,7 +63,6 @@ fn manifests() -> Map<String, Value> {
     by_kind
 }
 
-/// `labels` ⊆ `of`.
 /// A Kubernetes quantity in bytes, for the binary and decimal suffixes a volume size uses
 /// (`512Mi`, `1G`, `1048576`).
 fn quantity_bytes(quantity: &str) -> u64 {
@@ -95,6 +94,7 @@ fn kubernetes_quantities_read_as_bytes() {
     assert_eq!(quantity_bytes("1048576"), 1 << 20);
 }
 
+/// `labels` ⊆ `of`.
 fn selects(labels: &Value, of: &Value) -> bool {
     labels
         .as_object()

@@ -39,8 +39,10 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Most bytes of request bodies (those over 4 KiB) held at once, from their first byte
     /// read to the end of their parse, over both listeners (HTTP 503 beyond).
-    #[serde(default = "default_max_buffered_body")]
-    pub max_buffered_body_bytes: usize,
+    /// Unset: 1 GiB, or `max_body_bytes` where that is larger (a config written before this
+    /// key stays valid). See [`ServerConfig::buffered_body_budget`].
+    #[serde(default)]
+    pub max_buffered_body_bytes: Option<usize>,
     /// How long a retired instance may take to finish its in-flight requests.
     #[serde(default = "default_drain")]
     pub drain_timeout_secs: f64,
@@ -173,7 +175,7 @@ impl Default for ServerConfig {
             admin_listen: None,
             admin_token: None,
             max_body_bytes: default_max_body(),
-            max_buffered_body_bytes: default_max_buffered_body(),
+            max_buffered_body_bytes: None,
             drain_timeout_secs: default_drain(),
             retired_library_cap: default_retired_cap(),
             watch_config: false,
@@ -219,8 +221,15 @@ fn default_listen() -> String {
 fn default_max_body() -> usize {
     64 << 20
 }
-fn default_max_buffered_body() -> usize {
-    1 << 30
+/// `max_buffered_body_bytes` when it is not set, unless `max_body_bytes` is larger.
+const DEFAULT_MAX_BUFFERED_BODY: usize = 1 << 30;
+
+impl ServerConfig {
+    /// The bytes of request bodies that may be held at once (`max_buffered_body_bytes`).
+    pub fn buffered_body_budget(&self) -> usize {
+        self.max_buffered_body_bytes
+            .unwrap_or(DEFAULT_MAX_BUFFERED_BODY.max(self.max_body_bytes))
+    }
 }
 fn default_drain() -> f64 {
     30.0
@@ -495,9 +504,8 @@ pub fn validate(
         errors.push("server.max_body_bytes: must be at least 1024".into());
     }
     // A permit per byte: tokio's semaphore holds at most usize::MAX >> 3.
-    if server.max_buffered_body_bytes < server.max_body_bytes
-        || server.max_buffered_body_bytes > 1 << 50
-    {
+    let budget = server.buffered_body_budget();
+    if budget < server.max_body_bytes || budget > 1 << 50 {
         errors.push(
             "server.max_buffered_body_bytes: must be at least max_body_bytes (one whole body) \
              and at most 2^50"
@@ -721,6 +729,24 @@ mod tests {
         ] {
             assert!(all.contains(key), "{key} missing from:\n{all}");
         }
+    }
+
+    #[test]
+    fn the_body_budget_defaults_to_a_gibibyte_or_the_largest_body() {
+        let server = |text: &str| check(text).unwrap().server().buffered_body_budget();
+        assert_eq!(server("[server]\n"), 1 << 30);
+        // A config written before the key, with bodies larger than the default: still valid.
+        assert_eq!(server("[server]\nmax_body_bytes = 2147483648\n"), 2 << 30);
+        assert_eq!(
+            server("[server]\nmax_body_bytes = 1048576\nmax_buffered_body_bytes = 1048576\n"),
+            1 << 20
+        );
+        let err =
+            check("[server]\nmax_body_bytes = 4096\nmax_buffered_body_bytes = 2048\n").unwrap_err();
+        assert!(
+            err.to_string().contains("server.max_buffered_body_bytes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -88,8 +88,11 @@ impl RequestLimits {
     /// Refuses a request over a cap, naming it; fills in the default `max_tokens`.
     pub fn apply(&self, submission: &mut Submission) -> Result<(), OverCap> {
         let over = |param, message| Err(OverCap { param, message });
-        // A completion's text is its prompt; a chat's, its messages.
-        let text_field = if submission.prompt.is_some() {
+        // A completion's text is its prompt, and a transcription's (its form field); a chat's,
+        // its messages.
+        let text_field = if submission.prompt.is_some()
+            || submission.request.endpoint == Endpoint::Transcription
+        {
             "prompt"
         } else {
             "messages"

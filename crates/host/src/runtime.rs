@@ -195,7 +195,8 @@ impl Runtime {
 
     /// Gives every serving instance its `vllm:*` series now (an idle one shows zeros, as the
     /// picker expects one series per instance) and drops those of label sets no instance
-    /// serves under any more: instances stopped, names changed by a reload.
+    /// serves under any more: instances stopped, names changed by a reload. Call it holding
+    /// the reload turn ([`Self::reload_turn`]), so that it sees the deployment last swapped in.
     pub(crate) fn refresh_vllm_series(&self) {
         let deployment = self.current();
         let retiring = self.retired_instances();

@@ -97,7 +97,6 @@ fn serve(
     admin_listen: Option<SocketAddr>,
 ) -> anyhow::Result<ExitCode> {
     let config = config::load(&path)?;
-    let runtime = Runtime::for_config(&path, &config)?;
     let listen = listen.unwrap_or(config.server().listen.parse()?);
     let admin = match admin_listen {
         Some(a) if !a.ip().is_loopback() => {
@@ -112,6 +111,9 @@ fn serve(
             .transpose()?,
     };
     let rt = tokio::runtime::Runtime::new()?;
+    // Last before serving: it makes this process's directory of plugin copies, which every
+    // error from here on removes.
+    let runtime = Runtime::for_config(&path, &config)?;
     rt.block_on(async move {
         let served = async {
             runtime.apply(config).await?;

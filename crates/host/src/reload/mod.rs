@@ -186,6 +186,10 @@ impl Runtime {
             let instance = instance.clone();
             tokio::spawn(async move {
                 drain(instance, drain_deadline).await;
+                // In turn with reloads: a refresh that read an older deployment while a reload
+                // swapped in a newer one would drop the new instances' series for good (they
+                // keep the series they resolved, so nothing would add them back).
+                let _turn = runtime.reload_turn().await;
                 runtime.refresh_vllm_series();
             });
         }

@@ -60,8 +60,8 @@ impl HttpLimits {
             body_read_timeout: Duration::from_secs_f64(server.body_read_timeout_secs),
             max_body_bytes: server.max_body_bytes,
             max_connections: server.max_connections,
-            max_buffered_body_bytes: server.max_buffered_body_bytes,
-            body_budget: Arc::new(Semaphore::new(server.max_buffered_body_bytes)),
+            max_buffered_body_bytes: server.buffered_body_budget(),
+            body_budget: Arc::new(Semaphore::new(server.buffered_body_budget())),
             retry_after_secs: server.retry_after_secs,
         }
     }

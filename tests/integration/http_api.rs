@@ -348,6 +348,12 @@ async fn health_ready_models_and_metrics() {
     }
     // Admin endpoints are not on the public listener without a token.
     assert_eq!(get("/admin/status").await.unwrap().status(), 404);
+    // A known path with another method: 405 in the API's error shape, with the Allow header.
+    let r = get("/v1/chat/completions").await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "POST");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
     // An unknown path gets the API's error shape, naming the path.
     let r = get("/v1/chat/completion").await.unwrap();
     assert_eq!(r.status(), 404);

@@ -50,7 +50,26 @@ pub fn main_router(runtime: Arc<Runtime>) -> Router {
         router = router
             .merge(admin::routes().layer(middleware::from_fn_with_state(guard, admin::guard)));
     }
-    router.fallback(no_such_endpoint).with_state(runtime)
+    with_json_fallbacks(router).with_state(runtime)
+}
+
+/// Unknown paths and methods answered in the API's error shape, not with an empty body. After
+/// the routes: the method fallback applies to those registered before it.
+fn with_json_fallbacks(router: Router<Arc<Runtime>>) -> Router<Arc<Runtime>> {
+    router
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(no_such_endpoint)
+}
+
+/// A known path with another method; axum adds the `Allow` header.
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> error::ApiError {
+    let path: String = uri.path().chars().take(200).collect();
+    error::ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        "method_not_allowed",
+        format!("{method} is not allowed on {path} (see the Allow header)"),
+    )
 }
 
 /// An unknown path, answered in the API's error shape rather than with an empty 404.
@@ -73,7 +92,7 @@ pub fn admin_router(runtime: Arc<Runtime>) -> Router {
     let router = admin::routes()
         .layer(middleware::from_fn_with_state(guard, admin::guard))
         .route("/health", get(health::health));
-    router.fallback(no_such_endpoint).with_state(runtime)
+    with_json_fallbacks(router).with_state(runtime)
 }
 
 /// Why serving stopped with an error. The messages are those of the underlying errors.

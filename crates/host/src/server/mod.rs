@@ -63,25 +63,33 @@ fn with_json_fallbacks(router: Router<Arc<Runtime>>) -> Router<Arc<Runtime>> {
 
 /// A known path with another method; axum adds the `Allow` header.
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> error::ApiError {
-    let path: String = uri.path().chars().take(200).collect();
+    let message = format!(
+        "{method} is not allowed on {} (see the Allow header)",
+        path_of(&uri)
+    );
     error::ApiError::new(
         axum::http::StatusCode::METHOD_NOT_ALLOWED,
         "invalid_request_error",
         "method_not_allowed",
-        format!("{method} is not allowed on {path} (see the Allow header)"),
+        message,
     )
 }
 
 /// An unknown path, answered in the API's error shape rather than with an empty 404.
 async fn no_such_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> error::ApiError {
-    // The path is the client's: echoed escaped (JSON) and cut short.
-    let path: String = uri.path().chars().take(200).collect();
+    let message = format!("no endpoint {method} {} (see docs/api.md)", path_of(&uri));
     error::ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
         "invalid_request_error",
         "not_found",
-        format!("no endpoint {method} {path} (see docs/api.md)"),
+        message,
     )
+}
+
+/// The request's path as an error names it: the client's text, echoed escaped (JSON) and cut
+/// short.
+fn path_of(uri: &axum::http::Uri) -> String {
+    uri.path().chars().take(200).collect()
 }
 
 /// The admin listener's router (a loopback address): the token, or a loopback peer naming a

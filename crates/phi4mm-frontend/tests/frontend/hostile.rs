@@ -843,6 +843,38 @@ fn memory_child(case: &str) {
     println!("PEAK_GROWTH_KB={}", peak.saturating_sub(before));
 }
 
+/// Re-runs this test binary on `test` alone with `var` set to `case`, and reads the peak memory
+/// growth the child prints (`PEAK_GROWTH_KB=`), in MB: each case in a fresh process, so no other
+/// test's allocations blur the peak.
+#[cfg(target_os = "linux")]
+fn peak_growth_mb_in_child(test: &str, var: &str, case: &str) -> f64 {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &format!("hostile::{test}"),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(var, case)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{case}: child failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kb: u64 = stdout
+        .lines()
+        // The harness prints the test's name on the same line.
+        .find_map(|l| l.split_once("PEAK_GROWTH_KB=").map(|(_, kb)| kb))
+        .unwrap_or_else(|| panic!("{case}: no measurement in\n{stdout}"))
+        .trim()
+        .parse()
+        .unwrap();
+    kb as f64 / 1024.0
+}
+
 /// Issue 15's acceptance case: a 384 kHz FLAC of silence is refused before its samples are
 /// materialised, and peak memory stays under a bound. Each case runs in a fresh process (this
 /// test binary re-executed on this test alone) so no other test's allocations blur the peak.
@@ -853,32 +885,8 @@ fn audio_bombs_keep_peak_memory_bounded() {
         memory_child(&case);
         return;
     }
-    let growth_mb = |case: &str| -> f64 {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "hostile::audio_bombs_keep_peak_memory_bounded",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(MEMORY_CHILD, case)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{case}: child failed\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let kb: u64 = stdout
-            .lines()
-            // The harness prints the test's name on the same line.
-            .find_map(|l| l.split_once("PEAK_GROWTH_KB=").map(|(_, kb)| kb))
-            .unwrap_or_else(|| panic!("{case}: no measurement in\n{stdout}"))
-            .trim()
-            .parse()
-            .unwrap();
-        kb as f64 / 1024.0
+    let growth_mb = |case: &str| {
+        peak_growth_mb_in_child("audio_bombs_keep_peak_memory_bounded", MEMORY_CHILD, case)
     };
     const BOUND_MB: f64 = 24.0;
     let stated = growth_mb("stated");
@@ -1056,31 +1064,12 @@ fn an_icc_profile_bomb_is_not_inflated_by_the_header_probe() {
         println!("PEAK_GROWTH_KB={}", peak.saturating_sub(before));
         return;
     }
-    let growth_mb = |case: &str| -> f64 {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "hostile::an_icc_profile_bomb_is_not_inflated_by_the_header_probe",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ICCP_CHILD, case)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{case}: child failed\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let kb: u64 = stdout
-            .lines()
-            .find_map(|l| l.split_once("PEAK_GROWTH_KB=").map(|(_, kb)| kb))
-            .unwrap_or_else(|| panic!("{case}: no measurement in\n{stdout}"))
-            .trim()
-            .parse()
-            .unwrap();
-        kb as f64 / 1024.0
+    let growth_mb = |case: &str| {
+        peak_growth_mb_in_child(
+            "an_icc_profile_bomb_is_not_inflated_by_the_header_probe",
+            ICCP_CHILD,
+            case,
+        )
     };
     let probe = growth_mb("probe");
     let decoder = growth_mb("decoder");

@@ -1,7 +1,8 @@
 //! The `switchyard` command line: `plugins inspect`, `config check`, `run`.
 
 use std::process::Command;
-use switchyard_integration_tests::{free_port, plugin_lib, switchyard_bin, TempDir};
+use switchyard_fixtures::fixture;
+use switchyard_integration_tests::{free_port, phi4mm_lib, plugin_lib, switchyard_bin, TempDir};
 
 fn switchyard(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(switchyard_bin())
@@ -60,7 +61,10 @@ fn config_check_accepts_good_and_names_bad_keys() {
     .unwrap();
     let (ok, out, err) = switchyard(&["config", "check", good.to_str().unwrap()]);
     assert!(ok, "{err}");
-    assert!(out.contains("ok (1 plugins, 1 models, 0 routes)"), "{out}");
+    assert!(
+        out.contains("ok (1 plugins, 1 models, 0 routes; settings checked by their plugin for 1 of 1 models)"),
+        "{out}"
+    );
 
     let bad = dir.path().join("bad.toml");
     std::fs::write(
@@ -107,6 +111,173 @@ fn config_check_accepts_good_and_names_bad_keys() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.max_body_bytes"));
+}
+
+/// A config whose models all use the plugin at `lib`, one per settings table.
+fn models_config(lib: &std::path::Path, kind: &str, settings: &[&str]) -> String {
+    let mut text = format!("[[plugins]]\nname = \"p\"\npath = \"{}\"\n", lib.display());
+    for (i, settings) in settings.iter().enumerate() {
+        text += &format!(
+            "[[models]]\nname = \"m{i}\"\nplugin = \"p\"\nkind = \"{kind}\"\nsettings = {{ {settings} }}\n"
+        );
+    }
+    text
+}
+
+#[test]
+fn config_check_has_each_plugin_check_its_models_settings() {
+    let dir = TempDir::new("cli-settings");
+    let check = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        switchyard(&["config", "check", path.to_str().unwrap()])
+    };
+    let echo = plugin_lib("echo");
+
+    // Every refusal is named by its model, with the plugin's reason; a good model passes.
+    let (ok, out, err) = check(
+        "echo.toml",
+        models_config(
+            &echo,
+            "echo",
+            &[
+                "slots = 2",
+                "slots = 0",
+                "slot = 2",
+                "token_delay_ms = \"slow\"",
+            ],
+        ),
+    );
+    assert!(!ok, "{out}");
+    for needle in [
+        "models[1].settings (m1): slots must be at least 1",
+        "models[2].settings (m2)",
+        "unknown field `slot`",
+        "models[3].settings (m3)",
+        "invalid type: string \"slow\"",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+    assert!(!err.contains("models[0]"), "{err}");
+
+    // A panic in a plugin's check is a refusal, and the command still answers for the rest.
+    let (ok, _, err) = check(
+        "panic.toml",
+        models_config(&echo, "echo", &["panic_on_check = true", "slots = 0"]),
+    );
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "models[0].settings (m0): plugin panicked in check_settings: panic_on_check is set"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("models[1].settings (m1)"), "{err}");
+
+    // A plugin built before API 2.2 has no check: noted, not failed.
+    let (ok, out, err) = check(
+        "old.toml",
+        models_config(&plugin_lib("echo_2_0"), "echo", &["slots = 0"]),
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("settings checked by their plugin for 0 of 1 models"),
+        "{out}"
+    );
+    assert!(
+        err.contains("models[0].settings (m0): not checked: plugin p (API 2.0)"),
+        "{err}"
+    );
+
+    // Phi4MM opens the checkpoint's config, tensor headers and tokenizer, with relative paths
+    // starting from the config's directory, as when it serves.
+    let phi4mm = phi4mm_lib();
+    std::fs::create_dir_all(dir.path().join("ckpt")).unwrap();
+    let copy = dir.path().join("ckpt/model");
+    std::os::unix::fs::symlink(fixture().join("model"), &copy).unwrap();
+    let (ok, out, err) = check(
+        "phi4mm.toml",
+        models_config(&phi4mm, "phi4mm", &["checkpoint = \"ckpt/model\""]),
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("for 1 of 1 models"), "{out}");
+    let (ok, _, err) = check(
+        "phi4mm-bad.toml",
+        models_config(
+            &phi4mm,
+            "phi4mm",
+            &[
+                "checkpoint = \"ckpt/nowhere\"",
+                "checkpoint = \"ckpt/model\", slots = 0",
+                "checkpoint = \"ckpt/model\", backend = \"tpu\"",
+            ],
+        ),
+    );
+    assert!(!ok);
+    let nowhere = format!(
+        "models[0].settings (m0): checkpoint {}",
+        dir.path().join("ckpt/nowhere").display()
+    );
+    for needle in [
+        nowhere.as_str(),
+        "models[1].settings (m1): slots must be at least 1",
+        "models[2].settings (m2)",
+        "unknown variant `tpu`",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+
+    // A checkpoint whose tensor headers contradict its config is refused without its values
+    // being read: a LoRA pair missing its B.
+    let broken = dir.path().join("ckpt/broken");
+    copy_dir(&fixture().join("model"), &broken);
+    drop_tensor_named(
+        &broken.join("speech-lora/adapter_model.safetensors"),
+        "lora_B",
+    );
+    let (ok, _, err) = check(
+        "phi4mm-broken.toml",
+        models_config(&phi4mm, "phi4mm", &["checkpoint = \"ckpt/broken\""]),
+    );
+    assert!(!ok);
+    assert!(err.contains("models[0].settings (m0): checkpoint"), "{err}");
+    assert!(err.contains("lora_B"), "{err}");
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Rewrites a safetensors file without its first tensor whose name contains `needle`.
+fn drop_tensor_named(path: &std::path::Path, needle: &str) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let name = header
+        .keys()
+        .find(|k| k.contains(needle))
+        .unwrap_or_else(|| panic!("no tensor named like {needle} in {}", path.display()))
+        .clone();
+    header.remove(&name);
+    // The other tensors keep their offsets into the unchanged data section.
+    let mut text = serde_json::to_vec(&header).unwrap();
+    while !text.len().is_multiple_of(8) {
+        text.push(b' ');
+    }
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(path, out).unwrap();
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Reloads that must fail — an incompatible plugin, a missing file, a bad sha256 pin, a panic in
-//! model creation, a failing warm-up, an invalid config, the retired-library cap — each leave the
-//! running state untouched and say what went wrong.
+//! model creation or in the settings check, a failing warm-up, an invalid config, the
+//! retired-library cap — each leave the running state untouched and say what went wrong.
 
 use serde_json::json;
 use switchyard_integration_tests::{plugin_lib, user, Server};
@@ -91,7 +91,20 @@ async fn failed_reloads_keep_the_old_state_serving() {
             "invalid settings",
             config(&v2, "", "no_such_setting = 1", ""),
             422,
-            vec!["unknown field `no_such_setting`"],
+            vec![
+                "models[0] (bot): settings refused by the plugin's check",
+                "unknown field `no_such_setting`",
+            ],
+        ),
+        (
+            "panic in the settings check",
+            config(&v2, "", "panic_on_check = true", ""),
+            422,
+            vec![
+                "models[0] (bot): settings refused by the plugin's check",
+                "panicked in check_settings",
+                "panic_on_check is set",
+            ],
         ),
         (
             "invalid config: unknown key",
@@ -150,4 +163,44 @@ async fn failed_reloads_keep_the_old_state_serving() {
         .chat(json!({"model": "bot", "messages": user("now v2")}))
         .await;
     assert_eq!(reply.plugin, "echo@2.0.0");
+}
+
+/// The plugins check every new model's settings before any model is created: a reload whose
+/// second model is refused fails without creating (and warming, here for a minute) the first.
+#[tokio::test]
+async fn a_reload_checks_every_new_models_settings_before_creating_any() {
+    let v1 = plugin_lib("echo").display().to_string();
+    let v2 = plugin_lib("echo_v2").display().to_string();
+    let server = Server::start(&config(&v1, "", "", "")).await;
+    let generation = server.status().await["generation"].clone();
+    server.rewrite_config(&format!(
+        r#"{}
+[[models]]
+name = "slow-to-warm"
+plugin = "echo"
+kind = "echo"
+settings = {{ warm_delay_ms = 60000 }}
+[[models]]
+name = "refused"
+plugin = "echo"
+kind = "echo"
+settings = {{ slots = 0 }}
+"#,
+        config(&v2, "", "", "reload_timeout_secs = 120")
+    ));
+    let (code, body) = server.reload().await;
+    assert_eq!(code, 422, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains(
+            "models[2] (refused): settings refused by the plugin's check: slots must be at least 1"
+        ),
+        "{error}"
+    );
+    let log = server.log();
+    assert!(
+        !log.contains("slow-to-warm"),
+        "no model was created before the refusal: {log}"
+    );
+    assert_still_serving_v1(&server, &generation).await;
 }

@@ -13,7 +13,10 @@ use std::{
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
 };
-use switchyard_plugin_api::{PluginManifest, PluginModRef, API_VERSION, MANIFEST_SYMBOL};
+use switchyard_plugin_api::{
+    CheckSettingsFn, PluginManifest, PluginModRef, API_VERSION, CHECK_SETTINGS_SYMBOL,
+    MANIFEST_SYMBOL,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -289,6 +292,60 @@ pub fn read_manifest_text(path: &Path) -> Result<String, ManifestError> {
         // libraries are not safe to unload.
         std::mem::forget(lib);
         Ok(text)
+    }
+}
+
+/// What a plugin said of a model's settings through its settings check (plugin API 2.2).
+#[derive(Debug, PartialEq, Eq)]
+pub enum SettingsVerdict {
+    Accepted,
+    Refused(String),
+    /// The plugin exports no check (built before API 2.2, or without one): its settings are
+    /// checked when an instance is created.
+    NotChecked,
+}
+
+/// Asks the plugin library at `path` whether it would create a model of `kind` from
+/// `settings` (the JSON that creating it would get), through its optional check symbol:
+/// nothing is created. `config_dir` is where relative paths in the settings start.
+pub fn check_settings(
+    path: &Path,
+    kind: &str,
+    settings: &serde_json::Value,
+    config_dir: &Path,
+) -> Result<SettingsVerdict, ManifestError> {
+    use std::{ffi::CString, os::unix::ffi::OsStrExt};
+    let (Ok(kind), Ok(settings), Ok(config_dir)) = (
+        CString::new(kind),
+        CString::new(settings.to_string()),
+        CString::new(config_dir.as_os_str().as_bytes()),
+    ) else {
+        return Ok(SettingsVerdict::Refused(
+            "the kind, the settings or the config's directory holds a NUL byte".into(),
+        ));
+    };
+    // SAFETY: as for the manifest; the symbol's contract is `CheckSettingsFn`'s: it reads the
+    // three strings during the call and answers null or a string valid until the next call
+    // on this thread, copied at once.
+    unsafe {
+        let lib = libloading::Library::new(path).map_err(ManifestError::Open)?;
+        let verdict = match lib.get::<CheckSettingsFn>(CHECK_SETTINGS_SYMBOL.as_bytes()) {
+            Err(_) => SettingsVerdict::NotChecked,
+            Ok(check) => {
+                let refusal = check(kind.as_ptr(), settings.as_ptr(), config_dir.as_ptr());
+                if refusal.is_null() {
+                    SettingsVerdict::Accepted
+                } else {
+                    SettingsVerdict::Refused(
+                        std::ffi::CStr::from_ptr(refusal)
+                            .to_string_lossy()
+                            .into_owned(),
+                    )
+                }
+            }
+        };
+        std::mem::forget(lib); // as for the manifest
+        Ok(verdict)
     }
 }
 

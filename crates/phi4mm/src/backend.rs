@@ -79,6 +79,20 @@ pub fn resolve(kind: BackendKind, iree: &IreeSettings) -> Result<BackendKind, Ba
     }
 }
 
+/// Refuses a backend or a producer that this build lacks, before anything is loaded (the
+/// settings check; [`start`] refuses the same).
+pub fn check_available(
+    kind: BackendKind,
+    producer: ProducerKind,
+    iree: &IreeSettings,
+) -> Result<(), BackendError> {
+    resolve(kind, iree)?;
+    if producer == ProducerKind::Mlx && !cfg!(feature = "mlx") {
+        return Err(BackendError::MlxNotBuilt);
+    }
+    Ok(())
+}
+
 /// The producer in front of a backend's `encoders`: for `mlx`, MLX's embeddings and image rows
 /// over the backend's audio encoder, qualified against the host model first (no fallback: an MLX
 /// that cannot start or qualify is an error). Answers the encoders and the producer's name.

@@ -64,16 +64,7 @@ pub fn create_instance(
     settings: SettingsText,
     services: HostServices,
 ) -> Result<Phi4mmModel, PluginError> {
-    if kind != KIND {
-        return Err(PluginError::invalid_settings(format!(
-            "plugin phi4mm has no model kind {kind:?} (it has {KIND:?})"
-        )));
-    }
-    let mut settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
-    settings
-        .validate()
-        .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
-    settings.resolve_paths(|p| services.resolve_path(p));
+    let settings = settings_of(kind, &settings, |p| services.resolve_path(p))?;
     // A cold artifact cache compiles for minutes before the instance is ready: each compile's
     // start and end go into the host's log, so that an operator watching a starting pod sees
     // what it waits for.
@@ -94,6 +85,55 @@ pub fn create_instance(
     )
 }
 
+/// Whether [`create_instance`] would accept `kind` and `settings` (the plugin's settings check,
+/// API 2.2, for `switchyard config check`): the settings parse and validate, the backend and
+/// producer they name are in this build, and the checkpoint's config, tensor names and shapes,
+/// LoRA pairs and tokenizer load. Left to the creation: the weights' values (a pass over every
+/// byte) and the IREE modules' compiles.
+pub fn check_settings(
+    kind: &str,
+    settings: SettingsText,
+    config_dir: &Path,
+) -> Result<(), PluginError> {
+    let settings = settings_of(kind, &settings, |p| {
+        switchyard_plugin_api::resolve_settings_path(config_dir, p)
+    })?;
+    backend::check_available(settings.backend, settings.producer, &settings.iree)
+        .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
+    let dir: &Path = &settings.checkpoint;
+    Checkpoint::open_structure(dir).map_err(|e| checkpoint_refusal(dir, e))?;
+    Prompt::load(dir).map_err(|e| tokenizer_refusal(dir, e))?;
+    Ok(())
+}
+
+/// The settings of a model of `kind`, parsed, validated and with their paths resolved by
+/// `resolve`: what creating and checking share.
+fn settings_of(
+    kind: &str,
+    settings: &SettingsText,
+    resolve: impl Fn(&Path) -> std::path::PathBuf,
+) -> Result<Phi4mmSettings, PluginError> {
+    if kind != KIND {
+        return Err(PluginError::invalid_settings(format!(
+            "plugin phi4mm has no model kind {kind:?} (it has {KIND:?})"
+        )));
+    }
+    let mut settings: Phi4mmSettings = settings.parse().map_err(PluginError::invalid_settings)?;
+    settings
+        .validate()
+        .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
+    settings.resolve_paths(resolve);
+    Ok(settings)
+}
+
+fn checkpoint_refusal(dir: &Path, e: impl std::fmt::Display) -> PluginError {
+    PluginError::invalid_settings(format!("checkpoint {}: {e}", dir.display()))
+}
+
+fn tokenizer_refusal(dir: &Path, e: impl std::fmt::Display) -> PluginError {
+    PluginError::invalid_settings(format!("tokenizer in {}: {e}", dir.display()))
+}
+
 impl Phi4mmModel {
     /// Loads the checkpoint and starts the scheduler. `thread_budget` is the default for
     /// `threads`; the artifact cache's events (the IREE backend's compiles) go to `compiles`.
@@ -104,12 +144,8 @@ impl Phi4mmModel {
         compiles: Progress,
     ) -> Result<Self, PluginError> {
         let dir: &Path = &settings.checkpoint;
-        let ck = Checkpoint::open(dir).map_err(|e| {
-            PluginError::invalid_settings(format!("checkpoint {}: {e}", dir.display()))
-        })?;
-        let prompt = Prompt::load(dir).map_err(|e| {
-            PluginError::invalid_settings(format!("tokenizer in {}: {e}", dir.display()))
-        })?;
+        let ck = Checkpoint::open(dir).map_err(|e| checkpoint_refusal(dir, e))?;
+        let prompt = Prompt::load(dir).map_err(|e| tokenizer_refusal(dir, e))?;
         let threads = settings.threads.unwrap_or(thread_budget).max(1);
         let model = Arc::new(Phi4mm::load(&ck, threads));
         let media_threads = settings.media_threads.unwrap_or((threads / 4).max(1));
@@ -680,4 +716,8 @@ impl RowSink for HostSink {
     }
 }
 
-switchyard_plugin_api::export_plugin! { manifest: plugin_manifest, create: create_instance }
+switchyard_plugin_api::export_plugin! {
+    manifest: plugin_manifest,
+    create: create_instance,
+    check: check_settings,
+}

@@ -73,11 +73,29 @@ pub fn manifest_json_cstring(manifest: &PluginManifest) -> CString {
 /// switchyard_plugin_api::export_plugin! {
 ///     manifest: my_manifest,   // fn() -> PluginManifest
 ///     create: my_create,       // fn(&str, SettingsText, HostServices) -> Result<impl PluginModel, PluginError>
+///     check: my_check,         // optional (API 2.2): fn(&str, SettingsText, &Path) -> Result<(), PluginError>
 /// }
 /// ```
-/// Both functions run behind panic guards.
+/// Every function runs behind a panic guard. `check` answers whether `create` would accept
+/// a kind and its settings, without creating anything (see [`crate::CHECK_SETTINGS_SYMBOL`]);
+/// its `&Path` is the directory that relative paths in the settings start from.
 #[macro_export]
 macro_rules! export_plugin {
+    (manifest: $manifest:path, create: $create:path, check: $check:path $(,)?) => {
+        $crate::export_plugin! { manifest: $manifest, create: $create }
+
+        /// # Safety
+        /// The contract of `switchyard_plugin_api::CheckSettingsFn`.
+        #[no_mangle]
+        pub unsafe extern "C" fn switchyard_plugin_check_settings(
+            kind: *const ::std::os::raw::c_char,
+            settings_json: *const ::std::os::raw::c_char,
+            config_dir: *const ::std::os::raw::c_char,
+        ) -> *const ::std::os::raw::c_char {
+            // SAFETY: the host passes what the symbol's contract asks for.
+            unsafe { $crate::check_settings_glue(kind, settings_json, config_dir, $check) }
+        }
+    };
     (manifest: $manifest:path, create: $create:path $(,)?) => {
         #[$crate::abi_stable::export_root_module]
         pub fn switchyard_plugin_root_module() -> $crate::PluginModRef {

@@ -35,11 +35,7 @@ impl HostServices {
     /// A settings path as the operator meant it: relative paths resolve against
     /// [`HostServices::config_dir`].
     pub fn resolve_path(&self, path: &std::path::Path) -> std::path::PathBuf {
-        if path.is_relative() && !self.config_dir.is_empty() {
-            std::path::Path::new(self.config_dir.as_str()).join(path)
-        } else {
-            path.to_path_buf()
-        }
+        resolve_settings_path(std::path::Path::new(self.config_dir.as_str()), path)
     }
 
     pub fn log(&self, level: LogLevel, message: &str) {
@@ -57,6 +53,19 @@ impl HostServices {
     }
     pub fn error(&self, message: &str) {
         self.log(LogLevel::Error, message)
+    }
+}
+
+/// A settings path as the operator meant it: a relative `path` starts from `config_dir` (the
+/// host config's directory), unless that is empty.
+pub fn resolve_settings_path(
+    config_dir: &std::path::Path,
+    path: &std::path::Path,
+) -> std::path::PathBuf {
+    if path.is_relative() && !config_dir.as_os_str().is_empty() {
+        config_dir.join(path)
+    } else {
+        path.to_path_buf()
     }
 }
 

@@ -13,7 +13,11 @@ use std::fmt;
 /// 2.1: `PluginModel::resources` (`ModelResources`: KV capacity and use, resident and waiting
 /// adapters) for the inference-gateway metrics, carried in `ModelStats::details_json` under
 /// `RESOURCES_KEY` with no layout change; a 2.0 plugin reports none, and the host falls back.
-pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 1 };
+///
+/// 2.2: the optional plain C symbol `CHECK_SETTINGS_SYMBOL` (the `check:` argument of
+/// `export_plugin!`), through which `switchyard config check` has a plugin check a model's
+/// settings without creating it; no layout change.
+pub const API_VERSION: ApiVersion = ApiVersion { major: 2, minor: 2 };
 
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

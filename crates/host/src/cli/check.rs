@@ -1,7 +1,10 @@
 //! `switchyard plugins inspect` and `switchyard config check`: what a plugin file or a config
 //! file would do, found without serving.
 
-use crate::{config, registry};
+use crate::{
+    config,
+    registry::{self, SettingsVerdict},
+};
 use std::{path::PathBuf, process::ExitCode};
 
 pub fn inspect(file: PathBuf) -> anyhow::Result<ExitCode> {
@@ -37,6 +40,7 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
         }
     };
     let mut problems = Vec::new();
+    let (mut checked, mut unchecked) = (0, Vec::new());
     for (i, plugin) in config.plugins().iter().enumerate() {
         let sha = registry::file_sha256(&plugin.path)?;
         if let Some(pin) = &plugin.sha256 {
@@ -65,18 +69,43 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
                             "models[{j}].kind: plugin {} has no kind {:?}",
                             plugin.name, model.kind
                         ));
+                        continue;
+                    }
+                    // The plugin's own check of what it would be created from.
+                    match registry::check_settings(
+                        &plugin.path,
+                        &model.kind,
+                        &model.settings,
+                        config.base_dir(),
+                    ) {
+                        Ok(SettingsVerdict::Accepted) => checked += 1,
+                        Ok(SettingsVerdict::Refused(why)) => {
+                            problems.push(format!("models[{j}].settings ({}): {why}", model.name))
+                        }
+                        Ok(SettingsVerdict::NotChecked) => unchecked.push(format!(
+                            "models[{j}].settings ({}): not checked: plugin {} (API {}) \
+                             exports no settings check; they are checked when the instance is \
+                             created",
+                            model.name, plugin.name, manifest.api_version
+                        )),
+                        Err(e) => problems.push(format!("plugins[{i}].path: {e}")),
                     }
                 }
             }
         }
     }
+    for note in &unchecked {
+        eprintln!("note: {note}");
+    }
     if problems.is_empty() {
         println!(
-            "{}: ok ({} plugins, {} models, {} routes)",
+            "{}: ok ({} plugins, {} models, {} routes; settings checked by their plugin for \
+             {checked} of {} models)",
             file.display(),
             config.plugins().len(),
             config.models().len(),
-            config.routes().len()
+            config.routes().len(),
+            config.models().len(),
         );
         Ok(ExitCode::SUCCESS)
     } else {

@@ -5,7 +5,7 @@ use super::error::ReloadError;
 use crate::{
     config::ModelConfig,
     instance::{Instance, InstanceLimits},
-    registry::LoadedPlugin,
+    registry::{self, LoadedPlugin, SettingsVerdict},
 };
 use abi_stable::std_types::{RResult, RStr};
 use std::{path::Path, sync::Arc};
@@ -77,6 +77,37 @@ pub fn instance(
     }
     tracing::info!(instance = %instance.name, plugin = %instance.plugin_label(), "instance ready");
     Ok(instance)
+}
+
+/// Has each model's plugin check its settings (plugin API 2.2) before any is created: the
+/// first refusal, as the creation's error would say it. A plugin without a check passes; its
+/// creation checks them.
+pub fn check_settings(
+    models: &[(usize, ModelConfig, Arc<LoadedPlugin>)],
+    config_dir: &Path,
+) -> Result<(), ReloadError> {
+    for (index, model, plugin) in models {
+        if plugin.manifest.kind(&model.kind).is_none() {
+            continue; // the creation names the kinds there are
+        }
+        let verdict = registry::check_settings(
+            &plugin.shadow_path,
+            &model.kind,
+            &model.settings,
+            config_dir,
+        );
+        let message = match verdict {
+            Ok(SettingsVerdict::Refused(why)) => why,
+            // The library is loaded already: a failure to open it again here is no verdict.
+            Ok(SettingsVerdict::Accepted | SettingsVerdict::NotChecked) | Err(_) => continue,
+        };
+        return Err(ReloadError::Settings {
+            index: *index,
+            name: model.name.clone(),
+            message,
+        });
+    }
+    Ok(())
 }
 
 /// The log callback handed to plugins: their records go into the host's `tracing` output.

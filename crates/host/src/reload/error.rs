@@ -17,6 +17,12 @@ pub enum ReloadError {
         kind: String,
         available: Vec<String>,
     },
+    #[error("models[{index}] ({name}): settings refused by the plugin's check: {message}")]
+    Settings {
+        index: usize,
+        name: String,
+        message: String,
+    },
     #[error("models[{index}] ({name}): creation failed: {message}")]
     Create {
         index: usize,

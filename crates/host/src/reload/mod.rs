@@ -101,6 +101,7 @@ impl Runtime {
         let mut instances: HashMap<String, Arc<Instance>> = HashMap::new();
         let mut created = Vec::new();
         let mut reused = Vec::new();
+        let mut to_create = Vec::new();
         for (index, model) in config.models().iter().enumerate() {
             let plugin = plugins[&model.plugin].clone();
             let limits = InstanceLimits::of(model, config.server());
@@ -110,11 +111,25 @@ impl Runtime {
                 .instances()
                 .get(&model.name)
                 .filter(|i| i.fingerprint == fingerprint && i.state() == InstanceState::Ready);
-            if let Some(existing) = existing {
-                instances.insert(model.name.clone(), existing.clone());
-                reused.push(model.name.clone());
-                continue;
+            match existing {
+                Some(existing) => {
+                    instances.insert(model.name.clone(), existing.clone());
+                    reused.push(model.name.clone());
+                }
+                None => to_create.push((index, model, plugin, limits)),
             }
+        }
+        // Every plugin that can checks its new models' settings first, so that one refused
+        // fails the reload before any other model loads its weights (minutes, at real scale).
+        let checks: Vec<_> = to_create
+            .iter()
+            .map(|(index, model, plugin, _)| (*index, (*model).clone(), plugin.clone()))
+            .collect();
+        let config_dir = config.base_dir().to_path_buf();
+        tokio::task::spawn_blocking(move || create::check_settings(&checks, &config_dir))
+            .await
+            .expect("the settings checks catch their panics")?;
+        for (index, model, plugin, limits) in to_create {
             let cache_dir = self.cache_dir.clone();
             let model_cfg = model.clone();
             let config_dir = config.base_dir().to_path_buf();

@@ -47,6 +47,19 @@ impl Checkpoint {
     /// tensor set against it (names, shapes, LoRA pairs and ranks, finiteness). Nothing is
     /// computed with a checkpoint that fails here.
     pub fn open_with_progress(dir: &Path, progress: Progress) -> Result<Self> {
+        Self::open_checking(dir, Some(progress))
+    }
+
+    /// [`Checkpoint::open`] without the values' check: the config, the tensors' names and
+    /// shapes and the LoRA pairs and ranks, from the weight files' headers alone. The settings
+    /// check (`switchyard config check`) uses it: the values' pass reads every byte, minutes
+    /// for the released checkpoint on a cold page cache.
+    pub fn open_structure(dir: &Path) -> Result<Self> {
+        Self::open_checking(dir, None)
+    }
+
+    /// Opens `dir`; `values` is `Some` (with its progress) when every value is checked too.
+    fn open_checking(dir: &Path, values: Option<Progress>) -> Result<Self> {
         let config_path = dir.join("config.json");
         let root = config::read_json(&config_path)?;
         let raw = load_main_tensors(dir)?;
@@ -99,7 +112,7 @@ impl Checkpoint {
             }
         }
 
-        validate::validate(&config, &tensors, progress)?;
+        validate::validate(&config, &tensors, values)?;
         Ok(Checkpoint {
             dir: dir.to_path_buf(),
             layout,

@@ -142,6 +142,11 @@ fn missing_lora_b_is_refused_in_peft_folder() {
         }
         e => panic!("wrong error: {e}"),
     }
+    // The settings check's open, from the headers alone, refuses it the same way.
+    assert!(matches!(
+        Checkpoint::open_structure(tmp.path()),
+        Err(CheckpointError::IncompleteLoraPair { .. })
+    ));
 }
 
 #[test]
@@ -212,6 +217,8 @@ fn nan_in_one_weight_is_refused() {
         }
         e => panic!("wrong error: {e}"),
     }
+    // The values are the one thing the settings check's open leaves to the full one.
+    Checkpoint::open_structure(tmp.path()).expect("the structure is sound");
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! | `label` | "" | a version string of the instance, shown in tagged tokens |
 //! | `tag_tokens` | false | prefix every token with `[plugin@version/label]` |
 //! | `fail_on_create` / `panic_on_create` | false | model creation fails / panics |
+//! | `panic_on_check` | false | the settings check (`switchyard config check`) panics |
 //! | `fail_on_warm` | false | warm-up fails |
 //! | `warm_delay_ms` | 0 | warm-up sleeps this long first (a slow or hung warm-up) |
 //! | `inline` | false | answer inside `submit` on the caller's thread, without admission (measures the bare ABI cost) |
@@ -68,6 +69,8 @@ pub struct EchoSettings {
     pub fail_on_create: bool,
     #[serde(default)]
     pub panic_on_create: bool,
+    #[serde(default)]
+    pub panic_on_check: bool,
     #[serde(default)]
     pub fail_on_warm: bool,
     #[serde(default)]
@@ -129,21 +132,12 @@ pub fn create(
     settings: SettingsText,
     services: HostServices,
 ) -> Result<EchoModel, PluginError> {
-    if kind != flavour.kind {
-        return Err(PluginError::invalid_settings(format!(
-            "plugin {} has no model kind {kind:?} (it has {:?})",
-            flavour.plugin, flavour.kind
-        )));
-    }
-    let settings: EchoSettings = settings.parse().map_err(PluginError::invalid_settings)?;
+    let settings = settings_of(flavour, kind, &settings)?;
     if settings.panic_on_create {
         panic!("panic_on_create is set");
     }
     if settings.fail_on_create {
         return Err(PluginError::invalid_settings("fail_on_create is set"));
-    }
-    if settings.slots == 0 {
-        return Err(PluginError::invalid_settings("slots must be at least 1"));
     }
     services.info(&format!(
         "{} model created: {} slots, queue {}, {} ms per token",
@@ -158,6 +152,40 @@ pub fn create(
             kv_used: AtomicU64::new(0),
         }),
     })
+}
+
+/// Whether [`create`] would accept `kind` and `settings` (the plugin's settings check, API
+/// 2.2). The `*_on_create` hooks are settings like any other here: they fail the creation.
+pub fn check(
+    flavour: Flavour,
+    kind: &str,
+    settings: SettingsText,
+    _config_dir: &std::path::Path,
+) -> Result<(), PluginError> {
+    let settings = settings_of(flavour, kind, &settings)?;
+    if settings.panic_on_check {
+        panic!("panic_on_check is set");
+    }
+    Ok(())
+}
+
+/// The settings of a model of `kind`, parsed and validated: what creating and checking share.
+fn settings_of(
+    flavour: Flavour,
+    kind: &str,
+    settings: &SettingsText,
+) -> Result<EchoSettings, PluginError> {
+    if kind != flavour.kind {
+        return Err(PluginError::invalid_settings(format!(
+            "plugin {} has no model kind {kind:?} (it has {:?})",
+            flavour.plugin, flavour.kind
+        )));
+    }
+    let settings: EchoSettings = settings.parse().map_err(PluginError::invalid_settings)?;
+    if settings.slots == 0 {
+        return Err(PluginError::invalid_settings("slots must be at least 1"));
+    }
+    Ok(settings)
 }
 
 pub struct EchoModel {
@@ -671,6 +699,17 @@ macro_rules! export_echo {
         ) -> Result<$crate::EchoModel, switchyard_plugin_api::PluginError> {
             $crate::create($flavour, kind, settings, services)
         }
-        switchyard_plugin_api::export_plugin! { manifest: echo_manifest, create: echo_create }
+        fn echo_check(
+            kind: &str,
+            settings: switchyard_plugin_api::SettingsText,
+            config_dir: &::std::path::Path,
+        ) -> Result<(), switchyard_plugin_api::PluginError> {
+            $crate::check($flavour, kind, settings, config_dir)
+        }
+        switchyard_plugin_api::export_plugin! {
+            manifest: echo_manifest,
+            create: echo_create,
+            check: echo_check,
+        }
     };
 }

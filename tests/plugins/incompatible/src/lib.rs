@@ -1,6 +1,6 @@
 //! A plugin built against a changed ABI: same root-module name as `switchyard-plugin-api`, but
 //! `create_model` takes another argument and returns another type. Its manifest still claims the
-//! host's API version (2.1; keep it equal to `switchyard_plugin_api::API_VERSION`) — as a plugin
+//! host's API version (2.2; keep it equal to `switchyard_plugin_api::API_VERSION`) — as a plugin
 //! built against an edited copy of the API crate that forgot to bump the version would — so the
 //! refusal must come from abi_stable's layout check, the real safety net. The host
 //! must refuse it at load with a readable message, and `switchyard plugins inspect` must still
@@ -35,7 +35,7 @@ impl RootModule for PluginModRef {
 }
 
 const MANIFEST: &str = "{\"name\":\"incompatible\",\"version\":\"9.9.9\",\"build_id\":\"abi-break-test\",\
-\"api_version\":{\"major\":2,\"minor\":1},\"models\":[{\"kind\":\"echo\",\"chat_modalities\":[\"text\"],\
+\"api_version\":{\"major\":2,\"minor\":2},\"models\":[{\"kind\":\"echo\",\"chat_modalities\":[\"text\"],\
 \"transcription_modalities\":[]}]}\0";
 
 extern "C" fn manifest() -> RString {

@@ -130,7 +130,10 @@ pub async fn serve(
                     parts.extensions.insert(ConnectInfo(peer));
                 }
                 match read_body_within(&limits, &parts.headers, body).await {
-                    Ok(bytes) => {
+                    Ok((bytes, charge)) => {
+                        if let Some(charge) = charge {
+                            parts.extensions.insert(charge);
+                        }
                         let request = axum::extract::Request::from_parts(parts, Body::from(bytes));
                         app.oneshot(request).await
                     }
@@ -179,7 +182,7 @@ async fn read_body_within(
     limits: &HttpLimits,
     headers: &HeaderMap,
     body: hyper::body::Incoming,
-) -> Result<Bytes, Response> {
+) -> Result<(Bytes, Option<BodyCharge>), Response> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -205,21 +208,34 @@ enum Unread {
     TooLarge,
     TimedOut,
     OverBudget,
-    Failed(hyper::Error),
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// A body's share of `max_buffered_body_bytes`, released when the last clone is gone. The
+/// body's bytes hold one, and the request's extensions another, for a handler whose extractor
+/// copies the body out of its bytes and drops them (multipart: the transcription handler holds
+/// it until its form is read).
+#[derive(Clone)]
+pub struct BodyCharge {
+    _permit: Arc<OwnedSemaphorePermit>,
 }
 
 /// The body's frames, joined; past [`UNCHARGED_BODY_BYTES`] each frame is charged to the body
 /// budget as it arrives, and the bytes returned hold their charge until the last reference to
 /// them is gone (through the parse, and a wait for a parse turn).
-async fn collect_charged(
+async fn collect_charged<B>(
     limits: &HttpLimits,
-    mut body: hyper::body::Incoming,
-) -> Result<Bytes, Unread> {
+    mut body: B,
+) -> Result<(Bytes, Option<BodyCharge>), Unread>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut frames: Vec<Bytes> = Vec::new();
     let (mut len, mut charged) = (0, 0);
     let mut charge: Option<OwnedSemaphorePermit> = None;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(Unread::Failed)?.into_data() else {
+        let Ok(data) = frame.map_err(|e| Unread::Failed(e.into()))?.into_data() else {
             continue; // trailers
         };
         len += data.len();
@@ -251,18 +267,24 @@ async fn collect_charged(
         }
     };
     Ok(match charge {
-        Some(charge) => Bytes::from_owner(Charged {
-            bytes,
-            _charge: charge,
-        }),
-        None => bytes,
+        Some(charge) => {
+            let charge = BodyCharge {
+                _permit: Arc::new(charge),
+            };
+            let bytes = Bytes::from_owner(Charged {
+                bytes,
+                _charge: charge.clone(),
+            });
+            (bytes, Some(charge))
+        }
+        None => (bytes, None),
     })
 }
 
 /// A body and its share of the budget, released with the bytes.
 struct Charged {
     bytes: Bytes,
-    _charge: OwnedSemaphorePermit,
+    _charge: BodyCharge,
 }
 
 impl AsRef<[u8]> for Charged {
@@ -320,7 +342,47 @@ fn close(error: ApiError) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::configure_accepted;
+    use super::{collect_charged, configure_accepted, HttpLimits, Unread};
+    use crate::config::ServerConfig;
+    use axum::body::Bytes;
+    use http_body_util::Full;
+
+    #[test]
+    fn a_large_body_holds_its_charge_while_its_bytes_or_its_charge_live() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let limits = HttpLimits::of(&ServerConfig {
+            max_body_bytes: 64 * 1024,
+            max_buffered_body_bytes: Some(100 * 1024),
+            ..ServerConfig::default()
+        });
+        let budget = || limits.body_budget.available_permits();
+        let collect = |n: usize| {
+            runtime.block_on(collect_charged(
+                &limits,
+                Full::new(Bytes::from(vec![b'x'; n])),
+            ))
+        };
+        // A small body is not charged.
+        let Ok((small, None)) = collect(1000) else {
+            panic!("a small body is read, uncharged")
+        };
+        assert_eq!((small.len(), budget()), (1000, 100 * 1024));
+        // A large one is, until both its bytes and the charge a handler may keep are gone:
+        // a multipart reader copies the bytes out and drops them long before its form is read.
+        let Ok((bytes, Some(charge))) = collect(60 * 1024) else {
+            panic!("a large body is read and charged")
+        };
+        assert_eq!(budget(), 40 * 1024);
+        // Past the budget: refused, and nothing more is held.
+        assert!(matches!(collect(60 * 1024), Err(Unread::OverBudget)));
+        assert_eq!(budget(), 40 * 1024);
+        drop(bytes);
+        assert_eq!(budget(), 40 * 1024, "the handler's charge still holds it");
+        drop(charge);
+        assert_eq!(budget(), 100 * 1024);
+    }
 
     #[test]
     fn accepted_connections_send_small_writes_at_once() {

@@ -6,6 +6,7 @@ use super::{
     dispatch::dispatch,
     error::ApiError,
     event_stream::{EventStream, Step},
+    listener::BodyCharge,
     outcome::{self, Refused, Served},
 };
 use crate::instance::endpoint_name;
@@ -19,7 +20,7 @@ use axum::{
         sse::{Event as SseEvent, Sse},
         IntoResponse,
     },
-    Json,
+    Extension, Json,
 };
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
@@ -92,28 +93,36 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
     Ok(form)
 }
 
+/// What the form holds besides the model, the clip and the response format.
+struct FormRest {
+    prompt: Option<String>,
+    temperature: Option<f32>,
+    stream: bool,
+}
+
 impl Form {
-    /// The model, the clip and its format, and the response format; errors name the field.
-    fn checked(&self) -> Result<(String, Vec<u8>, String, String), ApiError> {
+    /// The model, the clip and its format, the response format and the rest; errors name the
+    /// field. The clip is moved, not copied (it may be `max_body_bytes` long).
+    fn checked(self) -> Result<(String, Vec<u8>, String, String, FormRest), ApiError> {
         let model = self
             .model
-            .clone()
             .ok_or_else(|| ApiError::invalid_param("model", "the model field is required"))?;
         let (data, format) = self
             .file
-            .clone()
             .ok_or_else(|| ApiError::invalid_param("file", "the file field is required"))?;
-        let response_format = self
-            .response_format
-            .clone()
-            .unwrap_or_else(|| "json".into());
+        let response_format = self.response_format.unwrap_or_else(|| "json".into());
         if !matches!(response_format.as_str(), "json" | "text") {
             return Err(ApiError::invalid_param(
                 "response_format",
                 "supported: json, text",
             ));
         }
-        Ok((model, data, format, response_format))
+        let rest = FormRest {
+            prompt: self.prompt,
+            temperature: self.temperature,
+            stream: self.stream,
+        };
+        Ok((model, data, format, response_format, rest))
     }
 }
 
@@ -137,19 +146,23 @@ fn audio_format(file_name: Option<&str>, content_type: Option<&str>) -> String {
 pub async fn transcriptions(
     State(runtime): State<Arc<Runtime>>,
     headers: HeaderMap,
+    charge: Option<Extension<BodyCharge>>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Response {
     let metrics = runtime.metrics.clone();
     outcome::respond(
         &metrics,
         endpoint_name(Endpoint::Transcription),
-        transcribe(runtime, headers, multipart).await,
+        transcribe(runtime, headers, charge, multipart).await,
     )
 }
 
+/// `charge` is the body's share of `max_buffered_body_bytes`: the multipart reader copies the
+/// body out of the bytes that held it, so it is held here until the form is read.
 async fn transcribe(
     runtime: Arc<Runtime>,
     headers: HeaderMap,
+    charge: Option<Extension<BodyCharge>>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Served, Refused> {
     let started = Instant::now();
@@ -159,7 +172,7 @@ async fn transcribe(
         )));
     }
     let form = read_form(multipart).await.map_err(Refused::unread)?;
-    let (model, data, format, response_format) = form.checked().map_err(Refused::unread)?;
+    let (model, data, format, response_format, form) = form.checked().map_err(Refused::unread)?;
     let mut parts = vec![Part::Audio {
         data: RVec::from(data),
         format: format.into(),
@@ -181,7 +194,8 @@ async fn transcribe(
             }],
         )
     };
-    // The plugin's admission may probe the clip and tokenize the prompt: on the blocking pool.
+    drop(charge); // the form is read: the clip is the request's now
+                  // The plugin's admission may probe the clip and tokenize the prompt: on the blocking pool.
     let (rt, requested) = (runtime.clone(), model.clone());
     let events = runtime
         .off_the_runtime(move || dispatch(&rt, &requested, &headers, request, started))

@@ -339,3 +339,49 @@ fn serve_that_cannot_create_its_models_exits_1_and_leaves_no_plugin_copies() {
         .unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// A start whose instance is still being created at `reload_timeout_secs` (a warm-up of a
+/// minute here; a weights file on a hung mount in practice) exits with the timeout's error,
+/// rather than waiting for the plugin's thread.
+#[test]
+fn serve_whose_model_outlasts_the_reload_timeout_exits_at_the_timeout() {
+    let dir = TempDir::new("cli-slow-start");
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\ncache_dir = \"{}\"\nreload_timeout_secs = 1\n\
+             [[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+             [[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\nsettings = {{ warm_delay_ms = 60000 }}\n",
+            free_port(),
+            dir.path().join("cache").display(),
+            plugin_lib("echo").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(switchyard_bin())
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Well before the warm-up's minute is over.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("still running 30 s after a 1 s reload_timeout_secs");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("did not finish within reload_timeout_secs = 1"),
+        "{err}"
+    );
+}

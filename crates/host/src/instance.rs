@@ -244,6 +244,16 @@ pub enum Refusal {
     OverCap(OverCap),
 }
 
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Unsupported(m) | Refusal::Full(m) | Refusal::Unavailable(m) => f.write_str(m),
+            Refusal::Failed(e) => f.write_str(&e.message),
+            Refusal::OverCap(c) => write!(f, "{}: {}", c.param, c.message),
+        }
+    }
+}
+
 /// A request admitted into an instance. Dropping it before the request finished cancels the
 /// request inside the plugin (client gone), and always releases the admission slot.
 pub struct Admission {

@@ -78,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let modality = request.modality();
     let config = config.reachable_from(&model);
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async move {
+    super::block_on_or_leave_behind(rt, async move {
         runtime.apply(config).await?;
         let deployment = runtime.current();
         let candidates = deployment
@@ -87,7 +87,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let instance = candidates.first().clone();
         let started = std::time::Instant::now();
         let events = EventStream::open(&instance, request, &runtime.metrics, &model, started)
-            .map_err(|r| anyhow::anyhow!("{} refused the request: {r:?}", instance.name))?;
+            .map_err(|r| anyhow::anyhow!("{} refused the request: {r}", instance.name))?;
         let mut steps = std::pin::pin!(events.into_steps());
         let mut stdout = std::io::stdout();
         let mut code = ExitCode::SUCCESS;

@@ -210,6 +210,8 @@ fn config_check_has_each_plugin_check_its_models_settings() {
                 "checkpoint = \"ckpt/nowhere\"",
                 "checkpoint = \"ckpt/model\", slots = 0",
                 "checkpoint = \"ckpt/model\", backend = \"tpu\"",
+                "checkpoint = \"ckpt/model\", slots = 100000000",
+                "checkpoint = \"ckpt/model\", threads = 5000",
             ],
         ),
     );
@@ -220,9 +222,11 @@ fn config_check_has_each_plugin_check_its_models_settings() {
     );
     for needle in [
         nowhere.as_str(),
-        "models[1].settings (m1): slots must be at least 1",
+        "models[1].settings (m1): slots must be in 1..=1024",
         "models[2].settings (m2)",
         "unknown variant `tpu`",
+        "models[3].settings (m3): slots must be in 1..=1024",
+        "models[4].settings (m4): threads and media_threads must be in 1..=1024",
     ] {
         assert!(err.contains(needle), "{needle:?} not in {err}");
     }

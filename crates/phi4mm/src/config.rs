@@ -213,14 +213,19 @@ impl Phi4mmSettings {
 
     /// Refuses values the plugin cannot serve with.
     pub fn validate(&self) -> Result<(), SettingsError> {
-        if self.slots == 0 {
-            return Err(SettingsError::NoSlots);
+        if !(1..=MAX_SLOTS).contains(&self.slots) {
+            return Err(SettingsError::Slots);
         }
         if self.kv_cache_bytes == Some(0) {
             return Err(SettingsError::NoKvPool);
         }
-        if self.threads == Some(0) || self.media_threads == Some(0) {
-            return Err(SettingsError::NoThreads);
+        let threads = 1..=MAX_THREADS;
+        if [self.threads, self.media_threads]
+            .iter()
+            .flatten()
+            .any(|n| !threads.contains(n))
+        {
+            return Err(SettingsError::Threads);
         }
         if self.prefill_chunk == 0 || self.default_max_tokens == 0 {
             return Err(SettingsError::NoChunkOrBudget);
@@ -235,15 +240,21 @@ impl Phi4mmSettings {
     }
 }
 
+/// The most `slots`: the scheduler steps every slot together and keeps a state per slot, so a
+/// mistyped count (100,000,000 aborted a reload on its allocation) is refused instead.
+pub const MAX_SLOTS: usize = 1024;
+/// The most `threads` or `media_threads`: each is an OS thread of a pool made at creation.
+pub const MAX_THREADS: usize = 1024;
+
 /// Settings that parse but that the plugin cannot serve with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SettingsError {
-    #[error("slots must be at least 1")]
-    NoSlots,
+    #[error("slots must be in 1..={MAX_SLOTS}")]
+    Slots,
     #[error("kv_cache_bytes must be at least 1 when set")]
     NoKvPool,
-    #[error("threads and media_threads must be at least 1 when set")]
-    NoThreads,
+    #[error("threads and media_threads must be in 1..={MAX_THREADS} when set")]
+    Threads,
     #[error("prefill_chunk and default_max_tokens must be at least 1")]
     NoChunkOrBudget,
     #[error("iree.context and iree.prefill_chunk must be at least 1")]

@@ -14,6 +14,30 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// The first logit that is NaN or infinite, with its id. Finite weights and inputs give finite
+/// logits, so one that is not means broken weights or config (say, weights near the largest
+/// bf16 that overflow a product), and no token drawn from them means anything. The scan costs
+/// a pass over the vocabulary per row and step: `v * 0` is 0 for a finite `v` and NaN
+/// otherwise, summed in lanes without a branch, and only a row that fails is searched.
+pub fn first_non_finite(logits: &[f32]) -> Option<(u32, f32)> {
+    const LANES: usize = 16;
+    let mut lanes = [0.0f32; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane += v * 0.0;
+        }
+    }
+    if lanes.iter().all(|&l| l == 0.0) && rest.iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    logits
+        .iter()
+        .position(|v| !v.is_finite())
+        .map(|i| (i as u32, logits[i]))
+}
+
 /// How one request picks its tokens.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingConfig {
@@ -257,6 +281,27 @@ mod tests {
             top_p,
             seed: Some(seed),
         }
+    }
+
+    #[test]
+    fn non_finite_logits_are_found_wherever_they_are() {
+        let mut logits: Vec<f32> = (0..1000).map(|i| (i as f32).sin() * 30.0).collect();
+        assert_eq!(first_non_finite(&logits), None);
+        for (at, bad) in [
+            (0, f32::NAN),
+            (517, f32::INFINITY),
+            (999, f32::NEG_INFINITY),
+        ] {
+            let mut broken = logits.clone();
+            broken[at] = bad;
+            let (id, value) = first_non_finite(&broken).expect("found");
+            assert_eq!(id as usize, at);
+            assert!(value.is_nan() || value == bad);
+        }
+        // The largest finite values are finite.
+        logits[3] = f32::MAX;
+        logits[4] = f32::MIN;
+        assert_eq!(first_non_finite(&logits), None);
     }
 
     #[test]

@@ -20,6 +20,24 @@ pub fn validate(
     tensors: &BTreeMap<String, TensorView>,
     values: Option<Progress>,
 ) -> Result<()> {
+    // 0. The schema is built from the config's layer counts. Each layer has several tensors, so
+    //    a count above the number of tensors cannot be backed, and building its schema could
+    //    take the process's memory (a typo of 50,000,000 layers aborted a serving host's reload).
+    for (key, layers) in [
+        ("num_hidden_layers", c.text.num_layers),
+        ("vision_config.num_hidden_layers", c.vision.num_layers),
+        ("audio_config.num_blocks", c.audio.num_blocks),
+    ] {
+        if layers > tensors.len() {
+            return Err(CheckpointError::InvalidConfig {
+                key: key.into(),
+                reason: format!(
+                    "{layers} layers, more than the checkpoint's {} tensors",
+                    tensors.len()
+                ),
+            });
+        }
+    }
     let schema = schema::expected_schema(c);
     let source = |name: &str| tensors[name].source.display().to_string();
 

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sampling::Logprobs;
+use crate::sampling::{first_non_finite, Logprobs};
 
 use super::queue::panic_message;
 use super::row::{Row, RowEnd};
@@ -263,6 +263,18 @@ fn step<B: StepBackend>(
             }
             row.prompt = Vec::new();
             row.sink.first_logits(&logits);
+        }
+        if let Some((id, value)) = first_non_finite(&logits) {
+            // Broken weights or config: this row fails, and so does a warm-up, which refuses
+            // the instance at load.
+            let row = slots[i].take().expect("planned");
+            let message = format!(
+                "the model's logits are not finite (token id {id}: {value}) at generated token \
+                 {}: the checkpoint's weights or config are broken",
+                row.tokens.len() + 1
+            );
+            finished.push((row, Outcome::Failed(RowError::Internal(message))));
+            continue;
         }
         let token = row.sampler.sample(&logits);
         let logprobs = row

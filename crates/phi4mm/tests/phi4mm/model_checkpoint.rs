@@ -47,15 +47,15 @@ fn both_layouts_load_to_identical_tensors() {
 // Bad checkpoints, each built in a temp dir from a copy of the fixture.
 
 /// One tensor of a safetensors file being rewritten.
-struct Entry {
-    name: String,
-    dtype: Dtype,
-    shape: Vec<usize>,
-    data: Vec<u8>,
+pub(crate) struct Entry {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
 }
 
 /// Copies a fixture layout into a fresh temp dir.
-fn copy_layout(layout: &str) -> tempfile::TempDir {
+pub(crate) fn copy_layout(layout: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     copy_dir(&fixture().join(layout), tmp.path());
     tmp
@@ -75,7 +75,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Rewrites a safetensors file through `edit` (with the `safetensors` crate).
-fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<Entry>)) {
+pub(crate) fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<Entry>)) {
     let bytes = std::fs::read(path).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let mut entries: Vec<Entry> = st
@@ -101,7 +101,7 @@ fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<Entry>)) {
     std::fs::write(path, safetensors::serialize(views, None).unwrap()).unwrap();
 }
 
-fn entry<'a>(entries: &'a mut [Entry], name: &str) -> &'a mut Entry {
+pub(crate) fn entry<'a>(entries: &'a mut [Entry], name: &str) -> &'a mut Entry {
     entries
         .iter_mut()
         .find(|e| e.name == name)
@@ -309,6 +309,31 @@ fn config_contradicting_tensors_is_refused() {
         matches!(&err, CheckpointError::MissingTensor { tensor } if tensor.starts_with("model.layers.2.")),
         "{err}"
     );
+
+    // Layer counts no checkpoint of this size could back are refused before the schema is
+    // built from them (which once took the process's memory).
+    for (key, edit) in [
+        (
+            "num_hidden_layers",
+            (|c: &mut serde_json::Value| c["num_hidden_layers"] = 50_000_000.into())
+                as fn(&mut serde_json::Value),
+        ),
+        ("audio_config.num_blocks", |c| {
+            c["audio_config"]["num_blocks"] = 1_000_000.into()
+        }),
+        ("vision_config.num_hidden_layers", |c| {
+            c["vision_config"]["num_hidden_layers"] = 1_000_000.into()
+        }),
+    ] {
+        let tmp = copy_layout("model");
+        edit_config(tmp.path(), edit);
+        let err = open_err(tmp.path());
+        assert!(
+            matches!(&err, CheckpointError::InvalidConfig { key: k, reason }
+                if k == key && reason.contains("more than the checkpoint's")),
+            "{key}: {err}"
+        );
+    }
 
     // Fewer layers than stored: layer 1's tensors are unexpected.
     let tmp = copy_layout("model");

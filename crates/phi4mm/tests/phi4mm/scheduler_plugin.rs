@@ -192,6 +192,48 @@ fn disconnect_frees_the_slot_and_bad_requests_are_refused() {
     m.shutdown();
 }
 
+/// Weights that are finite but overflow f32 in a product (the final norm at the largest bf16)
+/// give non-finite logits: the warm-up fails, naming them, and no request gets tokens drawn
+/// from them.
+#[test]
+fn a_model_whose_logits_are_not_finite_fails_its_warm_up_and_its_requests() {
+    let tmp = crate::model_checkpoint::copy_layout("model");
+    crate::model_checkpoint::rewrite(&tmp.path().join("model.safetensors"), |e| {
+        let norm = crate::model_checkpoint::entry(e, "model.norm.weight");
+        for pair in norm.data.chunks_exact_mut(2) {
+            pair.copy_from_slice(&0x7f7fu16.to_le_bytes()); // bf16's largest finite value
+        }
+    });
+    let json = format!(
+        r#"{{"checkpoint": {:?}, "slots": 2, "default_max_tokens": 6}}"#,
+        tmp.path().display().to_string()
+    );
+    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
+    let m = Phi4mmModel::load(settings, 2, &|_| {}, Progress::none())
+        .expect("every stored value is finite");
+    let refused = m.warm().expect_err("the warm-up sees the logits");
+    assert!(
+        refused
+            .message
+            .contains("the model's logits are not finite"),
+        "{refused}"
+    );
+    let events = run(
+        &m,
+        request(1, Endpoint::Chat, vec![Part::Text("hello".into())], 4),
+        None,
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Token { .. })),
+        "{events:?}"
+    );
+    assert!(
+        matches!(events.last(), Some(Event::Failed(e)) if e.message.contains("not finite")),
+        "{events:?}"
+    );
+    m.shutdown();
+}
+
 #[test]
 fn unknown_settings_are_refused() {
     let r: Result<Phi4mmSettings, _> = serde_json::from_str(r#"{"checkpoint": "x", "slotz": 3}"#);

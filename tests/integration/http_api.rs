@@ -228,6 +228,19 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["error"]["param"], "temperature", "{body}");
     }
+
+    // Two clips in one form: refused by name, not one of them silently dropped.
+    let (status, body) = server
+        .transcribe(
+            "mirror-a",
+            "b.wav",
+            vec![0u8; 44],
+            &[("file", "first clip")],
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["param"], "file", "{body}");
 }
 
 #[tokio::test]

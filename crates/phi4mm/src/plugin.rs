@@ -101,9 +101,45 @@ pub fn check_settings(
     backend::check_available(settings.backend, settings.producer, &settings.iree)
         .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
     let dir: &Path = &settings.checkpoint;
-    Checkpoint::open_structure(dir).map_err(|e| checkpoint_refusal(dir, e))?;
-    Prompt::load(dir).map_err(|e| tokenizer_refusal(dir, e))?;
+    let ck = Checkpoint::open_structure(dir).map_err(|e| checkpoint_refusal(dir, e))?;
+    tokenizer_of(&ck, &settings)?;
     Ok(())
+}
+
+/// The checkpoint's tokenizer, whose chat template must fit the model's vocabulary, and which
+/// must take the settings' transcription instruction.
+fn tokenizer_of(ck: &Checkpoint, settings: &Phi4mmSettings) -> Result<Prompt, PluginError> {
+    let dir: &Path = &ck.dir;
+    let prompt = Prompt::load(dir).map_err(|e| tokenizer_refusal(dir, e))?;
+    let vocab = ck.config.text.vocab_size;
+    if let Some((marker, id)) = prompt
+        .template_ids()
+        .iter()
+        .find(|(_, id)| *id as usize >= vocab)
+    {
+        return Err(tokenizer_refusal(
+            dir,
+            format!("the chat template's {marker} is id {id}, outside the model's vocabulary of {vocab}"),
+        ));
+    }
+    // The instruction is the user turn of every transcription, after its clip: one the
+    // template refuses (a reserved token, a placeholder) would fail each of them, and the
+    // refusal would blame the client.
+    let turn = Message {
+        role: Role::User,
+        content: vec![
+            ContentPart::Audio { bytes: Vec::new() },
+            ContentPart::Text {
+                text: settings.transcription_instruction.clone(),
+            },
+        ],
+    };
+    if let Err(e) = prompt.encode_messages(&[turn], true) {
+        return Err(PluginError::invalid_settings(format!(
+            "transcription_instruction: {e}"
+        )));
+    }
+    Ok(prompt)
 }
 
 /// The settings of a model of `kind`, parsed, validated and with their paths resolved by
@@ -145,7 +181,7 @@ impl Phi4mmModel {
     ) -> Result<Self, PluginError> {
         let dir: &Path = &settings.checkpoint;
         let ck = Checkpoint::open(dir).map_err(|e| checkpoint_refusal(dir, e))?;
-        let prompt = Prompt::load(dir).map_err(|e| tokenizer_refusal(dir, e))?;
+        let prompt = tokenizer_of(&ck, &settings)?;
         let threads = settings.threads.unwrap_or(thread_budget).max(1);
         let model = Arc::new(Phi4mm::load(&ck, threads));
         let media_threads = settings.media_threads.unwrap_or((threads / 4).max(1));

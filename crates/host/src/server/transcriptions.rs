@@ -59,6 +59,12 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
         let name = field.name().unwrap_or_default().to_string();
         match name.as_str() {
             "file" => {
+                if form.file.is_some() {
+                    return Err(ApiError::invalid_param(
+                        "file",
+                        "the form has more than one file field; send one clip per request",
+                    ));
+                }
                 let format = audio_format(field.file_name(), field.content_type());
                 let bytes = field.bytes().await.map_err(field_error)?;
                 form.file = Some((bytes.to_vec(), format));

@@ -19,6 +19,12 @@ pub enum PromptError {
     },
     #[error("message {message} ({role}) carries media; images and audio are only accepted in user turns")]
     MediaOutsideUser { message: usize, role: &'static str },
+    #[error("message {message} ({role}) holds the media placeholder {written:?}; placeholders are only bound in user turns")]
+    PlaceholderOutsideUser {
+        message: usize,
+        role: &'static str,
+        written: String,
+    },
     #[error("tokenizer failed: {0}")]
     Tokenize(String),
 }

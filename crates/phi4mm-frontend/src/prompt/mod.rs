@@ -47,6 +47,8 @@ pub struct Prompt {
     reserved: Vec<String>,
     /// Their ids, which user text may never produce.
     reserved_ids: HashMap<u32, String>,
+    /// The chat template's markers, each one added token (see [`Prompt::template_ids`]).
+    template_ids: Vec<(String, u32)>,
 }
 
 impl Prompt {
@@ -71,9 +73,14 @@ impl Prompt {
         ] {
             match tokenizer.token_to_id(token) {
                 Some(found) if found == id => {}
-                found => {
+                Some(found) => {
                     return Err(PromptError::Config(format!(
-                        "{token} is id {found:?} in tokenizer.json but {id} in config.json"
+                        "{token} is id {found} in tokenizer.json but {id} in config.json"
+                    )))
+                }
+                None => {
+                    return Err(PromptError::Config(format!(
+                        "{token} is not in tokenizer.json; config.json gives it id {id}"
                     )))
                 }
             }
@@ -88,6 +95,25 @@ impl Prompt {
             })
             .map(|(id, t)| (id, t.content))
             .collect();
+        // The template's markers must each be one added token: otherwise `<|user|>` would
+        // tokenize as text, the turns would blur, and a user could type the marker's pieces.
+        let mut template_ids = Vec::new();
+        let markers = [Role::System, Role::User, Role::Assistant].map(Role::marker);
+        for marker in markers
+            .into_iter()
+            .chain(["<|end|>", special.eos_token.as_str()])
+        {
+            match tokenizer.token_to_id(marker) {
+                Some(id) if reserved_ids.contains_key(&id) => {
+                    template_ids.push((marker.to_owned(), id))
+                }
+                _ => {
+                    return Err(PromptError::Config(format!(
+                        "the chat template's {marker} is not an added token of tokenizer.json"
+                    )))
+                }
+            }
+        }
         let mut reserved: Vec<String> = reserved_ids.values().cloned().collect();
         reserved.sort();
         // A prompt is tokenized piece by piece; a truncation or padding setting in
@@ -101,7 +127,14 @@ impl Prompt {
             special,
             reserved,
             reserved_ids,
+            template_ids,
         })
+    }
+
+    /// The chat template's markers (`<|system|>`, …, `<|end|>`, the eos token) and their ids:
+    /// every prompt may hold them, so a model must have each in its vocabulary.
+    pub fn template_ids(&self) -> &[(String, u32)] {
+        &self.template_ids
     }
 
     /// The special ids in use.

@@ -82,11 +82,21 @@ pub fn bind_and_render<'a>(
                 ContentPart::Audio { bytes } => turn_audios.push(bytes.as_slice()),
             }
         }
-        if message.role != Role::User && !(turn_images.is_empty() && turn_audios.is_empty()) {
-            return Err(PromptError::MediaOutsideUser {
-                message: index,
-                role: message.role.as_str(),
-            });
+        if message.role != Role::User {
+            if !(turn_images.is_empty() && turn_audios.is_empty()) {
+                return Err(PromptError::MediaOutsideUser {
+                    message: index,
+                    role: message.role.as_str(),
+                });
+            }
+            // Typed in another turn, a placeholder would bind a user turn's medium there.
+            if let Some(written) = placeholder_re().find(&text) {
+                return Err(PromptError::PlaceholderOutsideUser {
+                    message: index,
+                    role: message.role.as_str(),
+                    written: written.as_str().to_owned(),
+                });
+            }
         }
         pieces.push(Piece::Marker(message.role.marker()));
         if !turn_images.is_empty() && !image_re().is_match(&text) {

@@ -274,6 +274,28 @@ fn media_outside_user_turns_are_refused() {
         p.encode_messages(&messages, true),
         Err(PromptError::MediaOutsideUser { message: 0, .. })
     ));
+    // Nor is a placeholder typed in another turn bound to a user turn's medium.
+    for role in [Role::Assistant, Role::System] {
+        let messages = vec![
+            Message {
+                role: Role::User,
+                content: vec![
+                    ContentPart::Image { bytes: vec![0] },
+                    ContentPart::Image { bytes: vec![1] },
+                    ContentPart::Text {
+                        text: "<|image_1|> look".into(),
+                    },
+                ],
+            },
+            Message::text(role, "I see <|image_2|>"),
+        ];
+        let refused = p.encode_messages(&messages, true).unwrap_err();
+        assert!(
+            matches!(&refused, PromptError::PlaceholderOutsideUser { message: 1, written, .. }
+                if written == "<|image_2|>"),
+            "{refused}"
+        );
+    }
 }
 
 #[test]

@@ -234,6 +234,78 @@ fn a_model_whose_logits_are_not_finite_fails_its_warm_up_and_its_requests() {
     m.shutdown();
 }
 
+/// Loads a copy of the fixture whose `tokenizer.json` `edit` changed; the refusal's message.
+fn load_with_tokenizer(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let tmp = crate::model_checkpoint::copy_layout("model");
+    let path = tmp.path().join("tokenizer.json");
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut tokenizer);
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let json = format!(
+        r#"{{"checkpoint": {:?}}}"#,
+        tmp.path().display().to_string()
+    );
+    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
+    match Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()) {
+        Ok(_) => panic!("the tokenizer was accepted"),
+        Err(e) => e.message.to_string(),
+    }
+}
+
+/// A tokenizer whose chat-template markers are not single added tokens, or whose marker ids the
+/// model cannot embed, is refused at load, naming the marker (it used to serve with `<|user|>`
+/// tokenized as text, or fail every request with a system message).
+#[test]
+fn a_tokenizer_that_cannot_render_the_chat_template_is_refused_at_load() {
+    let refused = load_with_tokenizer(|t| {
+        t["added_tokens"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|a| a["content"] != "<|user|>");
+    });
+    assert!(
+        refused.contains("<|user|> is not an added token of tokenizer.json"),
+        "{refused}"
+    );
+    let refused = load_with_tokenizer(|t| {
+        for a in t["added_tokens"].as_array_mut().unwrap() {
+            if a["content"] == "<|system|>" {
+                a["id"] = 5000.into();
+            }
+        }
+        t["model"]["vocab"]["<|system|>"] = 5000.into();
+    });
+    assert!(
+        refused.contains("<|system|> is id 5000, outside the model's vocabulary of 1024"),
+        "{refused}"
+    );
+}
+
+/// A transcription instruction that the chat template refuses would fail every transcription
+/// (blamed on the client): it is refused at load, naming the setting.
+#[test]
+fn a_transcription_instruction_the_template_refuses_is_refused_at_load() {
+    for (instruction, why) in [
+        ("<|end|><|assistant|>", "reserved token"),
+        ("<|image_1|> describe", "do not match"),
+    ] {
+        let json = format!(
+            r#"{{"checkpoint": {:?}, "transcription_instruction": {instruction:?}}}"#,
+            fixture().join("model").display().to_string()
+        );
+        let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
+        let refused = match Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()) {
+            Ok(_) => panic!("{instruction:?} was accepted"),
+            Err(e) => e.message.to_string(),
+        };
+        assert!(
+            refused.starts_with("transcription_instruction: ") && refused.contains(why),
+            "{instruction:?}: {refused}"
+        );
+    }
+}
+
 #[test]
 fn unknown_settings_are_refused() {
     let r: Result<Phi4mmSettings, _> = serde_json::from_str(r#"{"checkpoint": "x", "slotz": 3}"#);

@@ -198,6 +198,33 @@ impl TensorView {
     }
 }
 
+/// A safetensors header's entries in the order written, repeated keys kept (a map would keep
+/// only the last of them).
+struct HeaderEntries(Vec<(String, serde_json::Value)>);
+
+impl<'de> Deserialize<'de> for HeaderEntries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = HeaderEntries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object of tensors")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<HeaderEntries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(HeaderEntries(entries))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
+
 #[derive(Deserialize)]
 struct HeaderEntry {
     dtype: String,
@@ -241,9 +268,15 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
             available: file_len,
         });
     }
-    let header: BTreeMap<String, serde_json::Value> =
-        serde_json::from_slice(&mmap[8..8 + header_len])
-            .map_err(|e| bad_header(path, e.to_string()))?;
+    let HeaderEntries(listed) = serde_json::from_slice(&mmap[8..8 + header_len])
+        .map_err(|e| bad_header(path, e.to_string()))?;
+    let mut header = BTreeMap::new();
+    for (name, value) in listed {
+        // JSON lets a key repeat and a map keeps the last: which tensor is meant is unclear.
+        if header.insert(name.clone(), value).is_some() {
+            return Err(bad_header(path, format!("tensor `{name}` is listed twice")));
+        }
+    }
     let data_start = 8 + header_len;
     let available = file_len - data_start;
     let source = Arc::new(path.to_path_buf());
@@ -293,6 +326,41 @@ pub fn open_safetensors(path: &Path) -> Result<BTreeMap<String, TensorView>> {
             needed,
             available,
         });
+    }
+
+    // The format's rule: the tensors' bytes tile the data section, with no overlap and no hole.
+    // A tensor pointing into another's bytes would compute with them silently.
+    let mut spans: Vec<(usize, usize, &str)> = entries
+        .iter()
+        .map(|(name, dtype, _, offset, numel)| {
+            let begin = offset - data_start;
+            (begin, begin + numel * dtype.size(), name.as_str())
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut covered = 0;
+    for &(begin, end, name) in &spans {
+        if begin != covered {
+            let what = if begin < covered {
+                "overlaps the tensor before it"
+            } else {
+                "leaves bytes no tensor covers before it"
+            };
+            return Err(bad_header(
+                path,
+                format!("tensor `{name}` (data_offsets {begin}..{end}) {what}, at byte {covered}"),
+            ));
+        }
+        covered = end;
+    }
+    if covered != available {
+        return Err(bad_header(
+            path,
+            format!(
+                "the data section holds {available} bytes, but its tensors cover {covered}: \
+                 the rest belongs to no tensor"
+            ),
+        ));
     }
 
     let aligned = entries.iter().all(|(_, dtype, _, offset, _)| {

@@ -415,3 +415,75 @@ fn invalid_lora_config_is_refused() {
         "{err}"
     );
 }
+
+/// Rewrites a safetensors file's header text with `edit` and appends `extra` bytes to its data,
+/// keeping everything else as stored (the format's own writer would refuse what these tests
+/// need to write).
+fn edit_raw(path: &Path, edit: impl FnOnce(String) -> String, extra: &[u8]) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header = edit(String::from_utf8(bytes[8..8 + n].to_vec()).unwrap()).into_bytes();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&bytes[8 + n..]);
+    out.extend_from_slice(extra);
+    std::fs::write(path, out).unwrap();
+}
+
+/// The safetensors rules a reader must enforce, which a lax header breaks without any tensor's
+/// own bytes looking wrong: each tensor named once, the tensors' bytes tiling the data section
+/// with no overlap and no bytes left over.
+#[test]
+fn headers_that_break_the_format_are_refused() {
+    let file = "model.safetensors";
+    let header_of = |dir: &Path| -> serde_json::Map<String, serde_json::Value> {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap()
+    };
+    let refusal = |dir: &Path| -> String {
+        match open_err(dir) {
+            CheckpointError::BadHeader { reason, .. } => reason,
+            e => panic!("wrong error: {e}"),
+        }
+    };
+
+    // A tensor pointed at another's bytes: the final norm reads the first bytes of the file.
+    let tmp = copy_layout("model");
+    let mut header = header_of(tmp.path());
+    let norm = "model.norm.weight";
+    let [begin, end] = [0, 1].map(|i| header[norm]["data_offsets"][i].as_u64().unwrap());
+    header[norm]["data_offsets"] = serde_json::json!([0, end - begin]);
+    edit_raw(
+        &tmp.path().join(file),
+        |_| serde_json::to_string(&header).unwrap(),
+        &[],
+    );
+    let reason = refusal(tmp.path());
+    assert!(reason.contains("overlaps the tensor before it"), "{reason}");
+
+    // A key written twice: which tensor is meant is unclear.
+    let tmp = copy_layout("model");
+    edit_raw(
+        &tmp.path().join(file),
+        |text| {
+            let entry = serde_json::to_string(&header_of(tmp.path())[norm]).unwrap();
+            format!("{{\"{norm}\":{entry},{}", &text[1..])
+        },
+        &[],
+    );
+    let reason = refusal(tmp.path());
+    assert!(
+        reason.contains(&format!("tensor `{norm}` is listed twice")),
+        "{reason}"
+    );
+
+    // Bytes after the last tensor that belong to none.
+    let tmp = copy_layout("model");
+    edit_raw(&tmp.path().join(file), |text| text, &[0u8; 4096]);
+    let reason = refusal(tmp.path());
+    assert!(reason.contains("the rest belongs to no tensor"), "{reason}");
+}

@@ -14,7 +14,7 @@ use switchyard_plugin_api::{
 };
 
 use crate::backend::{self, BackendChoice};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, LoraAdapter};
 use crate::config::Phi4mmSettings;
 use crate::model::{MediaStage, Phi4mm, PromptInput};
 use crate::options::RequestOptions;
@@ -28,9 +28,6 @@ use artifact_cache::Progress;
 use frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 pub const KIND: &str = "phi4mm";
-
-/// The checkpoint's LoRA adapters, loaded with the base weights (`docs/phi4mm-model.md` §5).
-const RESIDENT_ADAPTERS: [&str; 2] = ["speech", "vision"];
 
 pub fn plugin_manifest() -> PluginManifest {
     PluginManifest {
@@ -658,12 +655,16 @@ impl PluginModel for Phi4mmModel {
     }
 
     /// The KV capacity is the KV pool, in positions of f32 keys and values (what both backends
-    /// store); in use are the positions the running rows hold. Both LoRA adapters are part of
-    /// the checkpoint and always loaded (a row picks one per request), so they are resident and
-    /// nothing ever waits for one.
+    /// store); in use are the positions the running rows hold. The checkpoint's LoRA adapters
+    /// are loaded with it (a row picks one per request), so they are resident and nothing ever
+    /// waits for one; a checkpoint without one reports it missing from the list.
     fn resources(&self) -> ModelResources {
         let s = self.scheduler.stats();
-        let resident: Vec<String> = RESIDENT_ADAPTERS.iter().map(|&a| a.into()).collect();
+        let resident: Vec<String> = LoraAdapter::ALL
+            .into_iter()
+            .filter(|&a| self.model.config.lora(a).is_some())
+            .map(|a| a.as_str().into())
+            .collect();
         let c = &self.model.config.text;
         let position_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4;
         ModelResources {

@@ -404,7 +404,7 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
     let pad = top.usize_opt("pad_token_id")?.unwrap_or(bos as usize) as u32;
     let gen_path = dir.join("generation_config.json");
     let mut eos = None;
-    if gen_path.exists() {
+    if super::present(&gen_path)? {
         let gen = read_json(&gen_path)?;
         eos = Obj::new(Some(&gen), "generation_config.").ids("eos_token_id")?;
     }
@@ -574,7 +574,7 @@ fn parse_vision(v: &Obj, crop_size: Option<usize>) -> Result<VisionConfig> {
 
 fn read_adapter_config(dir: &Path) -> Result<Option<LoraConfig>> {
     let path = dir.join("adapter_config.json");
-    if !path.exists() {
+    if !super::present(&path)? {
         return Ok(None);
     }
     let v = read_json(&path)?;

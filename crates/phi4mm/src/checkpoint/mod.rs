@@ -95,7 +95,7 @@ impl Checkpoint {
         }
         for adapter in LoraAdapter::ALL {
             let path = dir.join(adapter.folder()).join("adapter_model.safetensors");
-            if !path.exists() {
+            if !present(&path)? {
                 continue;
             }
             for (key, view) in store::open_safetensors(&path)? {
@@ -160,9 +160,19 @@ impl Checkpoint {
 
 /// The base weight files: the shards named by `model.safetensors.index.json`, else
 /// `model.safetensors`.
+/// Whether an optional file is there. A file that cannot be looked at (an unreadable folder) is
+/// an error, not an absence: taken for absent, a LoRA folder the process may not read left the
+/// model without its adapter and no word of why.
+pub(crate) fn present(path: &Path) -> Result<bool> {
+    path.try_exists().map_err(|cause| CheckpointError::Io {
+        path: path.to_path_buf(),
+        cause,
+    })
+}
+
 fn load_main_tensors(dir: &Path) -> Result<BTreeMap<String, TensorView>> {
     let index_path = dir.join("model.safetensors.index.json");
-    if !index_path.exists() {
+    if !present(&index_path)? {
         return store::open_safetensors(&dir.join("model.safetensors"));
     }
     let index = config::read_json(&index_path)?;

@@ -306,6 +306,27 @@ fn a_transcription_instruction_the_template_refuses_is_refused_at_load() {
     }
 }
 
+/// The adapters reported resident (the gateway's `vllm:lora_requests_info`) are the ones the
+/// checkpoint has, not a fixed list.
+#[test]
+fn the_resident_adapters_are_the_checkpoints() {
+    let m = model("");
+    assert_eq!(m.resources().resident_adapters, ["speech", "vision"]);
+    m.shutdown();
+    let tmp = crate::model_checkpoint::copy_layout("model");
+    std::fs::remove_dir_all(tmp.path().join("vision-lora")).unwrap();
+    let json = format!(
+        r#"{{"checkpoint": {:?}}}"#,
+        tmp.path().display().to_string()
+    );
+    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
+    let m = Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()).unwrap();
+    let resources = m.resources();
+    assert_eq!(resources.resident_adapters, ["speech"]);
+    assert_eq!(resources.max_adapters, 1);
+    m.shutdown();
+}
+
 #[test]
 fn unknown_settings_are_refused() {
     let r: Result<Phi4mmSettings, _> = serde_json::from_str(r#"{"checkpoint": "x", "slotz": 3}"#);

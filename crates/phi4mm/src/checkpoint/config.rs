@@ -192,6 +192,19 @@ impl<'a> Obj<'a> {
         self.value.and_then(|v| v.get(k)).filter(|v| !v.is_null())
     }
 
+    /// Refuses an activation this implementation does not compute: `k`, when present, must be
+    /// `expected` (a different one would be computed as `expected`, silently).
+    fn activation(&self, k: &str, expected: &str) -> Result<()> {
+        match self.get(k).map(|v| v.as_str()) {
+            None => Ok(()),
+            Some(Some(act)) if act == expected => Ok(()),
+            Some(found) => Err(invalid(
+                &self.key(k),
+                format!("{found:?} (only {expected} is supported)"),
+            )),
+        }
+    }
+
     fn child(&self, k: &str) -> Obj<'a> {
         Obj::new(self.get(k), &format!("{}{}.", self.prefix, k))
     }
@@ -305,6 +318,8 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
             let v = top.child("vision_config");
             let a = top.child("audio_config");
             let vision = parse_vision(&v, v.usize_opt("crop_size")?)?;
+            audio_activations(&a)?;
+            a.activation("nemo_activation", "relu")?;
             let audio = AudioConfig {
                 input_size: a.usize_or("input_size", 80)?,
                 hidden_size: a.usize_or("hidden_size", 1024)?,
@@ -346,6 +361,7 @@ pub fn parse_config(dir: &Path, root: &Value, layout: Layout) -> Result<ModelCon
                 .usize_opt("crop_size")?;
             let vision = parse_vision(&v, crop)?;
             let ap = top.child("audio_processor").child("config");
+            audio_activations(&ap)?;
             let ael = top.child("embd_layer").child("audio_embd_layer");
             let audio = AudioConfig {
                 input_size: ap.usize_or("input_size", 80)?,
@@ -470,6 +486,9 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
         Some(t) => t,
         None => top.f64_or("rope_theta", 10000.0)?,
     };
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(invalid("rope_theta", "must be finite and > 0"));
+    }
     let max_pos = top.usize_or("max_position_embeddings", 131072)?;
     let orig_max = match top.usize_opt("original_max_position_embeddings")? {
         Some(x) => x,
@@ -511,6 +530,12 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
                 None if scale <= 1.0 => 1.0,
                 None => (1.0 + scale.ln() / (orig_max as f64).ln()).sqrt(),
             };
+            if !(attention_factor.is_finite() && attention_factor > 0.0) {
+                return Err(invalid(
+                    &rs.key("attention_factor"),
+                    "must be finite and > 0",
+                ));
+            }
             Some(LongRope {
                 short_factor: short,
                 long_factor: long,
@@ -553,7 +578,16 @@ fn parse_text(top: &Obj) -> Result<TextConfig> {
     })
 }
 
+/// The Conformer's activations, as both layouts name them (swish everywhere).
+fn audio_activations(a: &Obj) -> Result<()> {
+    for key in ["activation", "conv_activation", "conv_glu_type"] {
+        a.activation(key, "swish")?;
+    }
+    Ok(())
+}
+
 fn parse_vision(v: &Obj, crop_size: Option<usize>) -> Result<VisionConfig> {
+    v.activation("hidden_act", "gelu_pytorch_tanh")?;
     // Defaults: SigLIP-so400m-patch14-448, hard-coded by the original remote code.
     let image_size = v.usize_or("image_size", 448)?;
     Ok(VisionConfig {
@@ -600,8 +634,15 @@ fn check_architecture(c: &ModelConfig) -> Result<()> {
             return Err(invalid(key, "must be > 0"));
         }
     }
-    if !(t.rms_norm_eps > 0.0 && t.rms_norm_eps.is_finite()) {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(t.rms_norm_eps as f64) {
         return Err(invalid("rms_norm_eps", "must be finite and > 0"));
+    }
+    if !positive(c.vision.layer_norm_eps as f64) {
+        return Err(invalid(
+            "vision_config.layer_norm_eps",
+            "must be finite and > 0",
+        ));
     }
     if t.original_max_position_embeddings == 0
         || t.original_max_position_embeddings > t.max_position_embeddings

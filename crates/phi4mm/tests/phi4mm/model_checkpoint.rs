@@ -487,3 +487,41 @@ fn headers_that_break_the_format_are_refused() {
     let reason = refusal(tmp.path());
     assert!(reason.contains("the rest belongs to no tensor"), "{reason}");
 }
+
+/// Config values this implementation would compute wrongly or into NaN are refused by key: an
+/// activation it does not compute (it would compute its own instead), and numbers the math
+/// needs positive.
+#[test]
+fn config_values_the_math_cannot_take_are_refused() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit); 6] = [
+        ("vision_config.hidden_act", |c| {
+            c["vision_config"]["hidden_act"] = "relu".into()
+        }),
+        ("audio_config.activation", |c| {
+            c["audio_config"]["activation"] = "gelu".into()
+        }),
+        ("audio_config.nemo_activation", |c| {
+            c["audio_config"]["nemo_activation"] = "swish".into()
+        }),
+        ("rope_theta", |c| {
+            c["rope_theta"] = (-1.0).into();
+            c["rope_parameters"]["rope_theta"] = (-1.0).into();
+        }),
+        ("attention_factor", |c| {
+            c["rope_parameters"]["attention_factor"] = (-1e30).into();
+        }),
+        ("vision_config.layer_norm_eps", |c| {
+            c["vision_config"]["layer_norm_eps"] = (-1.0).into()
+        }),
+    ];
+    for (key, edit) in cases {
+        let tmp = copy_layout("model");
+        edit_config(tmp.path(), edit);
+        let err = open_err(tmp.path());
+        assert!(
+            matches!(&err, CheckpointError::InvalidConfig { key: k, .. } if k.ends_with(key)),
+            "{key}: {err}"
+        );
+    }
+}

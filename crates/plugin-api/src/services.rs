@@ -98,16 +98,35 @@ impl SettingsText {
         }
     }
 
-    /// Parses the settings into the plugin's own type. Empty text means an empty table.
+    /// Parses the settings into the plugin's own type. Empty text means an empty table. An error
+    /// names the key at fault (`settings.slots: invalid type: …`), for the operator reads it
+    /// beside a config file, not the JSON the host made of it.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
         let text = self.text.as_str();
+        let at = |path: &serde_path_to_error::Path| match path.to_string().as_str() {
+            "." => "settings".to_string(),
+            path => format!("settings.{path}"),
+        };
         match self.format {
             SettingsFormat::Json => {
                 let text = if text.trim().is_empty() { "{}" } else { text };
-                serde_json::from_str(text).map_err(|e| format!("settings (JSON): {e}"))
+                let mut json = serde_json::Deserializer::from_str(text);
+                serde_path_to_error::deserialize(&mut json).map_err(|e| {
+                    // The position is in the JSON the host made of the table, not in any file
+                    // the operator wrote: the key names the place.
+                    let message = e.inner().to_string();
+                    let message = match message.rsplit_once(" at line ") {
+                        Some((message, _)) => message.to_string(),
+                        None => message,
+                    };
+                    format!("{}: {message}", at(e.path()))
+                })
             }
             SettingsFormat::Toml => {
-                toml::from_str(text).map_err(|e| format!("settings (TOML): {e}"))
+                let toml =
+                    toml::Deserializer::parse(text).map_err(|e| format!("settings (TOML): {e}"))?;
+                serde_path_to_error::deserialize(toml)
+                    .map_err(|e| format!("{}: {}", at(e.path()), e.inner()))
             }
         }
     }

@@ -263,6 +263,22 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
         .as_str()
         .unwrap()
         .contains("invalid JSON"));
+    assert_eq!(
+        body["error"]["param"],
+        serde_json::Value::Null,
+        "a syntax error has no field"
+    );
+
+    // A value of the wrong shape is named by its field.
+    let r = post(
+        json!({"model": "chat", "messages": [{"role": "user", "content": [{"type": "video"}]}]})
+            .to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "messages[0].content", "{body}");
 
     let big = json!({"model": "chat", "messages": user(&"x ".repeat(40_000))}).to_string();
     let r = post(big).await.unwrap();

@@ -102,7 +102,23 @@ pub fn read_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError
 
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     super::json_values::check(body)?;
-    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        // A value of the wrong shape is named by its field, found by parsing again with the
+        // path tracked: only a refused body pays for the tracking. (Fields flattened into the
+        // request, the sampling ones, have no path of their own.)
+        let param = (e.classify() == serde_json::error::Category::Data)
+            .then(|| {
+                let mut json = serde_json::Deserializer::from_slice(body);
+                serde_path_to_error::deserialize::<_, T>(&mut json).err()
+            })
+            .flatten()
+            .filter(|tracked| tracked.path().iter().next().is_some())
+            .map(|tracked| tracked.path().to_string());
+        ApiError {
+            param,
+            ..ApiError::invalid(format!("invalid JSON body: {e}"))
+        }
+    })
 }
 
 /// What the chat endpoint does with a body before routing it: the JSON parse and the

@@ -236,6 +236,10 @@ impl Phi4mmSettings {
         if self.iree.compile_timeout_secs == 0 {
             return Err(SettingsError::NoCompileTime);
         }
+        let seconds = self.limits.max_audio_seconds;
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(SettingsError::AudioSeconds);
+        }
         Ok(())
     }
 }
@@ -261,6 +265,8 @@ pub enum SettingsError {
     NoIreeShape,
     #[error("iree.compile_timeout_secs must be at least 1")]
     NoCompileTime,
+    #[error("limits.max_audio_seconds must be finite and > 0")]
+    AudioSeconds,
 }
 
 #[cfg(test)]
@@ -293,6 +299,10 @@ mod tests {
         let s: Phi4mmSettings =
             toml_like(r#"{"checkpoint": "m", "slots": 0, "resample": "reference"}"#).unwrap();
         assert!(s.validate().is_err());
+        let s = toml_like(r#"{"checkpoint": "m", "limits": {"max_audio_seconds": -1}}"#).unwrap();
+        assert_eq!(s.validate(), Err(SettingsError::AudioSeconds));
+        let s = toml_like(r#"{"checkpoint": "m", "slots": 1025}"#).unwrap();
+        assert_eq!(s.validate(), Err(SettingsError::Slots));
     }
 
     #[test]

@@ -65,6 +65,13 @@ fn open_wav<'a>(
     bytes: &'a [u8],
     options: &AudioOptions,
 ) -> Result<(WavReader<'a>, usize), AudioError> {
+    if data_length_unknown(bytes) {
+        return Err(AudioError::UnsupportedWav(
+            "the data chunk's length is 0xFFFFFFFF (a WAV written to a stream, its length \
+             unknown); write the clip to a file, or send it as FLAC"
+                .into(),
+        ));
+    }
     let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| match e {
         hound::Error::Unsupported => {
             AudioError::UnsupportedWav("format not supported by hound".into())
@@ -103,6 +110,22 @@ fn open_wav<'a>(
         return Err(AudioError::Empty);
     }
     Ok((reader, frames))
+}
+
+/// Whether the RIFF chunk list's `data` chunk gives 0xFFFFFFFF as its length: what a writer
+/// that cannot seek back (a pipe) leaves there. hound would call it a length that is no
+/// multiple of the sample size, which says nothing of why.
+fn data_length_unknown(bytes: &[u8]) -> bool {
+    let mut at = 12;
+    while let Some(header) = bytes.get(at..at + 8) {
+        let size = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        if &header[..4] == b"data" {
+            return size == u32::MAX;
+        }
+        // Chunks are padded to an even length.
+        at += 8 + size as usize + (size as usize & 1);
+    }
+    false
 }
 
 fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {

@@ -129,12 +129,17 @@ pub fn validate(
     }
 
     // 3. Nothing required is missing, and each configured adapter covers every target module.
-    for (name, (_, need)) in &schema {
-        if *need == Need::Required && !tensors.contains_key(name) {
-            return Err(CheckpointError::MissingTensor {
-                tensor: name.clone(),
-            });
-        }
+    // The first in the order a person reads (`layers.2` before `layers.10`): with too many
+    // layers configured, that is the first layer the checkpoint lacks.
+    let missing = schema
+        .iter()
+        .filter(|(name, (_, need))| *need == Need::Required && !tensors.contains_key(*name))
+        .map(|(name, _)| name)
+        .min_by_key(|name| reading_order(name));
+    if let Some(name) = missing {
+        return Err(CheckpointError::MissingTensor {
+            tensor: name.clone(),
+        });
     }
     for adapter in LoraAdapter::ALL {
         if c.lora(adapter).is_none() {
@@ -178,4 +183,11 @@ pub fn validate(
         });
     }
     Ok(())
+}
+
+/// A tensor name's segments, numbers as numbers: the order a person reads names in.
+fn reading_order(name: &str) -> Vec<std::result::Result<u64, &str>> {
+    name.split('.')
+        .map(|segment| segment.parse::<u64>().map_err(|_| segment))
+        .collect()
 }

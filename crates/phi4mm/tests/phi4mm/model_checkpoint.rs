@@ -309,6 +309,14 @@ fn config_contradicting_tensors_is_refused() {
         matches!(&err, CheckpointError::MissingTensor { tensor } if tensor.starts_with("model.layers.2.")),
         "{err}"
     );
+    // With twelve, still layer 2 (not `layers.10`, which sorts first as text).
+    let tmp = copy_layout("model-original");
+    edit_config(tmp.path(), |c| c["num_hidden_layers"] = 12.into());
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, CheckpointError::MissingTensor { tensor } if tensor.starts_with("model.layers.2.")),
+        "{err}"
+    );
 
     // Layer counts no checkpoint of this size could back are refused before the schema is
     // built from them (which once took the process's memory).

@@ -43,6 +43,21 @@ pub struct Runtime {
 
 const RETIRED_HISTORY: usize = 64;
 
+/// Trims `history` towards `cap`, oldest first among the entries that `done` lets go. One still
+/// at work (a draining instance) stays past the cap: its status and its `vllm:*` series must
+/// last until it stops, and it stops within `drain_timeout_secs`, after which the next trim
+/// takes it.
+fn trim_history<T>(history: &mut VecDeque<T>, cap: usize, done: impl Fn(&T) -> bool) {
+    while history.len() > cap {
+        match history.iter().position(&done) {
+            Some(oldest_done) => {
+                history.remove(oldest_done);
+            }
+            None => break,
+        }
+    }
+}
+
 /// The largest request body parsed and admitted on the async thread that received it (see
 /// [`Runtime::parse_body`]): 4 KiB of JSON parses, and its prompt tokenizes, in microseconds,
 /// and it holds no media worth decoding.
@@ -233,9 +248,9 @@ impl Runtime {
     pub(crate) fn remember_retired(&self, instance: Arc<Instance>) {
         let mut history = self.retired.lock().unwrap();
         history.push_back(instance);
-        while history.len() > RETIRED_HISTORY {
-            history.pop_front();
-        }
+        trim_history(&mut history, RETIRED_HISTORY, |i| {
+            i.state() == InstanceState::Stopped
+        });
     }
 
     /// Whether the process is shutting down (see [`Self::shutdown`]).
@@ -317,6 +332,34 @@ fn kv_usage(stats: &ModelStats, resources: &ModelResources) -> f64 {
 mod tests {
     use super::*;
     use std::sync::mpsc;
+
+    #[test]
+    fn the_retired_history_lets_stopped_entries_go_first_and_keeps_draining_ones() {
+        // Entries are (id, stopped).
+        let mut history: VecDeque<(u32, bool)> = (0..4).map(|id| (id, id % 2 == 1)).collect();
+        history.push_back((4, false));
+        trim_history(&mut history, 4, |e| e.1);
+        // The oldest stopped one (1) went; the older draining one (0) stayed.
+        assert_eq!(
+            history.iter().map(|e| e.0).collect::<Vec<_>>(),
+            [0, 2, 3, 4]
+        );
+        history.push_back((5, false));
+        history.push_back((6, false));
+        trim_history(&mut history, 4, |e| e.1);
+        // 3 was the last stopped one; the draining ones outlast the cap.
+        assert_eq!(
+            history.iter().map(|e| e.0).collect::<Vec<_>>(),
+            [0, 2, 4, 5, 6]
+        );
+        history.iter_mut().for_each(|e| e.1 = true);
+        history.push_back((7, true));
+        trim_history(&mut history, 4, |e| e.1);
+        assert_eq!(
+            history.iter().map(|e| e.0).collect::<Vec<_>>(),
+            [4, 5, 6, 7]
+        );
+    }
 
     #[tokio::test]
     async fn a_heavy_job_keeps_its_turn_after_its_caller_is_gone() {

@@ -203,4 +203,57 @@ settings = {{ slots = 0 }}
         "no model was created before the refusal: {log}"
     );
     assert_still_serving_v1(&server, &generation).await;
+
+    // A kind the plugin does not have is found in the same pass.
+    server.rewrite_config(&format!(
+        r#"{}
+[[models]]
+name = "slow-to-warm"
+plugin = "echo"
+kind = "echo"
+settings = {{ warm_delay_ms = 60000 }}
+[[models]]
+name = "mistyped"
+plugin = "echo"
+kind = "ecko"
+"#,
+        config(&v2, "", "", "reload_timeout_secs = 120")
+    ));
+    let (code, body) = server.reload().await;
+    assert_eq!(code, 422, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("models[2] (mistyped): plugin echo@2.0.0 has no model kind \"ecko\""),
+        "{error}"
+    );
+    assert!(!server.log().contains("slow-to-warm"), "{}", server.log());
+    assert_still_serving_v1(&server, &generation).await;
+}
+
+/// The settings checks read files (a checkpoint on a hung mount may never answer): together
+/// they get `reload_timeout_secs`, and the reload fails at it instead of holding the reload
+/// turn for ever; the next reload is not stuck behind it.
+#[tokio::test]
+async fn settings_checks_that_outlast_the_reload_timeout_fail_the_reload() {
+    let v1 = plugin_lib("echo").display().to_string();
+    let v2 = plugin_lib("echo_v2").display().to_string();
+    let server = Server::start(&config(&v1, "", "", "")).await;
+    let generation = server.status().await["generation"].clone();
+    server.rewrite_config(&config(
+        &v2,
+        "",
+        "check_delay_ms = 60000",
+        "reload_timeout_secs = 1",
+    ));
+    let (code, body) = server.reload().await;
+    assert_eq!(code, 422, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("settings checks did not finish within reload_timeout_secs = 1"),
+        "{error}"
+    );
+    assert_still_serving_v1(&server, &generation).await;
+    server.rewrite_config(&config(&v2, "", "", ""));
+    let (code, body) = server.reload().await;
+    assert_eq!(code, 200, "{body}");
 }

@@ -295,6 +295,9 @@ pub fn read_manifest_text(path: &Path) -> Result<String, ManifestError> {
     }
 }
 
+/// The minor version (of API 2) that introduced the settings-check symbol.
+const CHECK_SETTINGS_SINCE_MINOR: u16 = 2;
+
 /// What a plugin said of a model's settings through its settings check (plugin API 2.2).
 #[derive(Debug, PartialEq, Eq)]
 pub enum SettingsVerdict {
@@ -324,9 +327,16 @@ pub fn check_settings(
             "the kind, the settings or the config's directory holds a NUL byte".into(),
         ));
     };
-    // SAFETY: as for the manifest; the symbol's contract is `CheckSettingsFn`'s: it reads the
-    // three strings during the call and answers null or a string valid until the next call
-    // on this thread, copied at once.
+    // The symbol's type is fixed within this major version from 2.2 on; a library built
+    // against another API may export the name with another signature.
+    let manifest = read_manifest_json(path)?;
+    let api = manifest.api_version;
+    if !API_VERSION.accepts(api) || api.minor < CHECK_SETTINGS_SINCE_MINOR {
+        return Ok(SettingsVerdict::NotChecked);
+    }
+    // SAFETY: the library declares an API this host accepts that has the symbol, whose
+    // contract is `CheckSettingsFn`'s: it reads the three strings during the call and answers
+    // null or a string valid until the next call on this thread, copied at once.
     unsafe {
         let lib = libloading::Library::new(path).map_err(ManifestError::Open)?;
         let verdict = match lib.get::<CheckSettingsFn>(CHECK_SETTINGS_SYMBOL.as_bytes()) {

@@ -63,6 +63,13 @@ impl Default for Limits {
     }
 }
 
+/// Limits that no request could be checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidLimits {
+    #[error("limits.max_audio_seconds must be finite and > 0")]
+    AudioSeconds,
+}
+
 /// A request-level limit was exceeded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LimitError {
@@ -77,6 +84,15 @@ pub enum LimitError {
 }
 
 impl Limits {
+    /// Refuses limits no request could be checked against (an operator's settings).
+    pub fn validate(&self) -> Result<(), InvalidLimits> {
+        let seconds = self.max_audio_seconds;
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(InvalidLimits::AudioSeconds);
+        }
+        Ok(())
+    }
+
     /// Checks the media counts of one request before anything is decoded.
     pub fn check_counts(&self, images: usize, audio_clips: usize) -> Result<(), LimitError> {
         if images > self.max_images {

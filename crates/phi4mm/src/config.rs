@@ -236,10 +236,7 @@ impl Phi4mmSettings {
         if self.iree.compile_timeout_secs == 0 {
             return Err(SettingsError::NoCompileTime);
         }
-        let seconds = self.limits.max_audio_seconds;
-        if !(seconds.is_finite() && seconds > 0.0) {
-            return Err(SettingsError::AudioSeconds);
-        }
+        self.limits.validate()?;
         Ok(())
     }
 }
@@ -265,8 +262,8 @@ pub enum SettingsError {
     NoIreeShape,
     #[error("iree.compile_timeout_secs must be at least 1")]
     NoCompileTime,
-    #[error("limits.max_audio_seconds must be finite and > 0")]
-    AudioSeconds,
+    #[error(transparent)]
+    Limits(#[from] frontend::limits::InvalidLimits),
 }
 
 #[cfg(test)]
@@ -300,7 +297,12 @@ mod tests {
             toml_like(r#"{"checkpoint": "m", "slots": 0, "resample": "reference"}"#).unwrap();
         assert!(s.validate().is_err());
         let s = toml_like(r#"{"checkpoint": "m", "limits": {"max_audio_seconds": -1}}"#).unwrap();
-        assert_eq!(s.validate(), Err(SettingsError::AudioSeconds));
+        assert_eq!(
+            s.validate(),
+            Err(SettingsError::Limits(
+                frontend::limits::InvalidLimits::AudioSeconds
+            ))
+        );
         let s = toml_like(r#"{"checkpoint": "m", "slots": 1025}"#).unwrap();
         assert_eq!(s.validate(), Err(SettingsError::Slots));
     }

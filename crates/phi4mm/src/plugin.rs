@@ -15,7 +15,7 @@ use switchyard_plugin_api::{
 
 use crate::backend::{self, BackendChoice};
 use crate::checkpoint::{Checkpoint, LoraAdapter};
-use crate::config::Phi4mmSettings;
+use crate::config::{Phi4mmSettings, MAX_THREADS};
 use crate::model::{MediaStage, Phi4mm, PromptInput};
 use crate::options::RequestOptions;
 use crate::request::{self, MediaOptions, RequestError};
@@ -180,6 +180,13 @@ impl Phi4mmModel {
         let ck = Checkpoint::open(dir).map_err(|e| checkpoint_refusal(dir, e))?;
         let prompt = tokenizer_of(&ck, &settings)?;
         let threads = settings.threads.unwrap_or(thread_budget).max(1);
+        if threads > MAX_THREADS {
+            // The host's `threads` for the model, which the settings' own bound cannot see.
+            return Err(PluginError::invalid_settings(format!(
+                "threads: the host gives this model {threads} threads, over the most \
+                 {MAX_THREADS}; set the model's threads (host config) or settings.threads lower"
+            )));
+        }
         let model = Arc::new(Phi4mm::load(&ck, threads));
         let media_threads = settings.media_threads.unwrap_or((threads / 4).max(1));
         let prompt = Arc::new(prompt);

@@ -114,7 +114,7 @@ fn serve(
     // Last before serving: it makes this process's directory of plugin copies, which every
     // error from here on removes.
     let runtime = Runtime::for_config(&path, &config)?;
-    block_on_or_leave_behind(rt, async move {
+    block_on_then_leave_behind(rt, async move {
         let served = async {
             runtime.apply(config).await?;
             server::serve(runtime.clone(), listen, admin).await?;
@@ -129,17 +129,16 @@ fn serve(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs `work` on `rt`; when it fails, the runtime's blocking threads are left behind rather
-/// than waited for. One may be a plugin stuck creating an instance past
-/// `reload_timeout_secs` (a weights file on a hung mount), and waiting for it kept a failed
-/// start from exiting: the process neither served nor ended.
-pub(crate) fn block_on_or_leave_behind<T>(
+/// Runs `work` on `rt`, then leaves the runtime's blocking threads behind rather than waiting
+/// for them. One may be a plugin stuck creating an instance or checking settings past
+/// `reload_timeout_secs` (a weights file on a hung mount), at start or in any earlier reload:
+/// waiting for it kept a failed start from exiting (the process neither served nor ended), and
+/// would keep a drained server from exiting on SIGTERM. Everything else is done by then.
+pub(crate) fn block_on_then_leave_behind<T>(
     rt: tokio::runtime::Runtime,
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     let result = rt.block_on(work);
-    if result.is_err() {
-        rt.shutdown_background();
-    }
+    rt.shutdown_background();
     result
 }

@@ -78,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let modality = request.modality();
     let config = config.reachable_from(&model);
     let rt = tokio::runtime::Runtime::new()?;
-    super::block_on_or_leave_behind(rt, async move {
+    super::block_on_then_leave_behind(rt, async move {
         runtime.apply(config).await?;
         let deployment = runtime.current();
         let candidates = deployment

@@ -22,18 +22,7 @@ pub fn instance(
     limits: InstanceLimits,
 ) -> Result<Arc<Instance>, ReloadError> {
     let Some(kind) = plugin.manifest.kind(&model.kind).cloned() else {
-        return Err(ReloadError::UnknownKind {
-            index,
-            name: model.name.clone(),
-            plugin: plugin.label(),
-            kind: model.kind.clone(),
-            available: plugin
-                .manifest
-                .models
-                .iter()
-                .map(|m| m.kind.to_string())
-                .collect(),
-        });
+        return Err(unknown_kind(index, model, &plugin));
     };
     let cache_dir = cache_root
         .join("plugins")
@@ -79,16 +68,30 @@ pub fn instance(
     Ok(instance)
 }
 
-/// Has each model's plugin check its settings (plugin API 2.2) before any is created: the
-/// first refusal, as the creation's error would say it. A plugin without a check passes; its
-/// creation checks them.
+fn unknown_kind(index: usize, model: &ModelConfig, plugin: &LoadedPlugin) -> ReloadError {
+    ReloadError::UnknownKind {
+        index,
+        name: model.name.clone(),
+        plugin: plugin.label(),
+        kind: model.kind.clone(),
+        available: plugin
+            .manifest
+            .models
+            .iter()
+            .map(|m| m.kind.to_string())
+            .collect(),
+    }
+}
+
+/// Has each model's plugin check its kind and settings (plugin API 2.2) before any is created:
+/// the first refusal. A plugin without a check passes; its creation checks them.
 pub fn check_settings(
     models: &[(usize, ModelConfig, Arc<LoadedPlugin>)],
     config_dir: &Path,
 ) -> Result<(), ReloadError> {
     for (index, model, plugin) in models {
         if plugin.manifest.kind(&model.kind).is_none() {
-            continue; // the creation names the kinds there are
+            return Err(unknown_kind(*index, model, plugin));
         }
         let verdict = registry::check_settings(
             &plugin.shadow_path,

@@ -23,6 +23,8 @@ pub enum ReloadError {
         name: String,
         message: String,
     },
+    #[error("the plugins' settings checks did not finish within reload_timeout_secs = {secs}")]
+    CheckTimeout { secs: f64 },
     #[error("models[{index}] ({name}): creation failed: {message}")]
     Create {
         index: usize,

@@ -126,9 +126,15 @@ impl Runtime {
             .map(|(index, model, plugin, _)| (*index, (*model).clone(), plugin.clone()))
             .collect();
         let config_dir = config.base_dir().to_path_buf();
-        tokio::task::spawn_blocking(move || create::check_settings(&checks, &config_dir))
-            .await
-            .expect("the settings checks catch their panics")?;
+        // The checks read files (a checkpoint's headers, its tokenizer): on a hung mount they
+        // would hold the reload turn for ever, so they get the creation's time limit.
+        let secs = config.server().reload_timeout_secs;
+        let checking =
+            tokio::task::spawn_blocking(move || create::check_settings(&checks, &config_dir));
+        match tokio::time::timeout(Duration::from_secs_f64(secs), checking).await {
+            Ok(checked) => checked.expect("the settings checks catch their panics")?,
+            Err(_) => return Err(ReloadError::CheckTimeout { secs }),
+        }
         for (index, model, plugin, limits) in to_create {
             let cache_dir = self.cache_dir.clone();
             let model_cfg = model.clone();

@@ -214,7 +214,7 @@ enum Unread {
 /// A body's share of `max_buffered_body_bytes`, released when the last clone is gone. The
 /// body's bytes hold one, and the request's extensions another, for a handler whose extractor
 /// copies the body out of its bytes and drops them (multipart: the transcription handler holds
-/// it until its form is read).
+/// it until the clip is admitted).
 #[derive(Clone)]
 pub struct BodyCharge {
     _permit: Arc<OwnedSemaphorePermit>,

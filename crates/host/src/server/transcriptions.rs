@@ -164,7 +164,7 @@ pub async fn transcriptions(
 }
 
 /// `charge` is the body's share of `max_buffered_body_bytes`: the multipart reader copies the
-/// body out of the bytes that held it, so it is held here until the form is read.
+/// body out of the bytes that held it, so it is held here until the clip is admitted.
 async fn transcribe(
     runtime: Arc<Runtime>,
     headers: HeaderMap,
@@ -200,11 +200,16 @@ async fn transcribe(
             }],
         )
     };
-    drop(charge); // the form is read: the clip is the request's now
-                  // The plugin's admission may probe the clip and tokenize the prompt: on the blocking pool.
+    // The plugin's admission may probe the clip and tokenize the prompt: on the blocking pool.
+    // The body's charge goes with it, as a chat body's does, through the wait for a turn and
+    // the admission, for the clip is as large as the body was.
     let (rt, requested) = (runtime.clone(), model.clone());
     let events = runtime
-        .off_the_runtime(move || dispatch(&rt, &requested, &headers, request, started))
+        .off_the_runtime(move || {
+            let admitted = dispatch(&rt, &requested, &headers, request, started);
+            drop(charge);
+            admitted
+        })
         .await
         .map_err(|e| Refused::new(runtime.model_label(&model), e))?;
     let instance = events.instance().clone();

@@ -158,8 +158,6 @@ impl Checkpoint {
     }
 }
 
-/// The base weight files: the shards named by `model.safetensors.index.json`, else
-/// `model.safetensors`.
 /// Whether an optional file is there. A file that cannot be looked at (an unreadable folder) is
 /// an error, not an absence: taken for absent, a LoRA folder the process may not read left the
 /// model without its adapter and no word of why.
@@ -170,6 +168,8 @@ pub(crate) fn present(path: &Path) -> Result<bool> {
     })
 }
 
+/// The base weight files: the shards named by `model.safetensors.index.json`, else
+/// `model.safetensors`.
 fn load_main_tensors(dir: &Path) -> Result<BTreeMap<String, TensorView>> {
     let index_path = dir.join("model.safetensors.index.json");
     if !present(&index_path)? {

@@ -327,6 +327,24 @@ fn the_resident_adapters_are_the_checkpoints() {
     m.shutdown();
 }
 
+/// The host's thread budget for the model is held to the same bound as `settings.threads`.
+#[test]
+fn a_host_thread_budget_over_the_bound_is_refused() {
+    let json = format!(
+        r#"{{"checkpoint": {:?}}}"#,
+        fixture().join("model").display().to_string()
+    );
+    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
+    let refused = match Phi4mmModel::load(settings, 100_000, &|_| {}, Progress::none()) {
+        Ok(_) => panic!("100000 threads were accepted"),
+        Err(e) => e.message.to_string(),
+    };
+    assert!(
+        refused.contains("the host gives this model 100000 threads, over the most 1024"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn unknown_settings_are_refused() {
     let r: Result<Phi4mmSettings, _> = serde_json::from_str(r#"{"checkpoint": "x", "slotz": 3}"#);

@@ -9,7 +9,8 @@
 //! | `label` | "" | a version string of the instance, shown in tagged tokens |
 //! | `tag_tokens` | false | prefix every token with `[plugin@version/label]` |
 //! | `fail_on_create` / `panic_on_create` | false | model creation fails / panics |
-//! | `panic_on_check` | false | the settings check (`switchyard config check`) panics |
+//! | `panic_on_check` | false | the settings check (`switchyard config check`, reloads) panics |
+//! | `check_delay_ms` | 0 | the settings check sleeps this long first (a checkpoint on a hung mount) |
 //! | `fail_on_warm` | false | warm-up fails |
 //! | `warm_delay_ms` | 0 | warm-up sleeps this long first (a slow or hung warm-up) |
 //! | `inline` | false | answer inside `submit` on the caller's thread, without admission (measures the bare ABI cost) |
@@ -71,6 +72,8 @@ pub struct EchoSettings {
     pub panic_on_create: bool,
     #[serde(default)]
     pub panic_on_check: bool,
+    #[serde(default)]
+    pub check_delay_ms: u64,
     #[serde(default)]
     pub fail_on_warm: bool,
     #[serde(default)]
@@ -163,6 +166,7 @@ pub fn check(
     _config_dir: &std::path::Path,
 ) -> Result<(), PluginError> {
     let settings = settings_of(flavour, kind, &settings)?;
+    thread::sleep(Duration::from_millis(settings.check_delay_ms));
     if settings.panic_on_check {
         panic!("panic_on_check is set");
     }

@@ -135,3 +135,36 @@ settings = {{ token_delay_ms = {TOKEN_DELAY_MS}, slots = {STREAMS} }}
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(signalled.elapsed() < Duration::from_secs(DRAIN_TIMEOUT_SECS));
 }
+
+/// A reload that timed out leaves its plugin thread behind (here a warm-up of a minute; a
+/// weights file on a hung mount in practice). SIGTERM still ends the process at once with 0:
+/// the exit does not wait for that thread.
+#[tokio::test]
+async fn sigterm_exits_without_waiting_for_a_creation_a_reload_left_behind() {
+    let config = |settings: &str, timeout: &str| {
+        format!(
+            "[server]\ndrain_timeout_secs = 2\n{timeout}\n[[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+             [[models]]\nname = \"echo-a\"\nplugin = \"echo\"\nkind = \"echo\"\nsettings = {{ {settings} }}\n",
+            plugin_lib("echo").display()
+        )
+    };
+    let mut server = Server::start(&config("", "")).await;
+    server.rewrite_config(&config("warm_delay_ms = 60000", "reload_timeout_secs = 1"));
+    let (code, body) = server.reload().await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("reload_timeout_secs"),
+        "{body}"
+    );
+    let signalled = Instant::now();
+    server.terminate();
+    let status = server
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .expect("exited well before the left-behind warm-up's minute");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(signalled.elapsed() < Duration::from_secs(30));
+}

@@ -172,6 +172,18 @@ fn config_check_has_each_plugin_check_its_models_settings() {
     );
     assert!(err.contains("models[1].settings (m1)"), "{err}");
 
+    // A plugin whose ABI the host refuses is refused here too, as `serve` would, and nothing
+    // of it is called.
+    let (ok, _, err) = check(
+        "incompatible.toml",
+        models_config(&plugin_lib("incompatible"), "echo", &["slots = 2"]),
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("plugins[0].path: plugin \"p\"") && err.contains("incompatible ABI"),
+        "{err}"
+    );
+
     // A plugin built before API 2.2 has no check: noted, not failed.
     let (ok, out, err) = check(
         "old.toml",
@@ -395,4 +407,117 @@ fn serve_whose_model_outlasts_the_reload_timeout_exits_at_the_timeout() {
         err.contains("did not finish within reload_timeout_secs = 1"),
         "{err}"
     );
+}
+
+/// `GET path` on 127.0.0.1:`port`: the whole answer, head and body, if anything answers.
+fn get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+fn get_status(port: u16, path: &str) -> Option<u16> {
+    get(port, path)?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A SIGHUP that arrives while the first load is still running (minutes, for a real
+/// checkpoint) neither ends the process, as SIGHUP's default action would, nor is lost.
+#[test]
+fn a_sighup_during_the_first_load_neither_ends_the_process_nor_is_lost() {
+    let dir = TempDir::new("cli-early-hup");
+    let config = dir.path().join("serve.toml");
+    let port = free_port();
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\ncache_dir = \"{}\"\n\
+             [[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+             [[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\nsettings = {{ warm_delay_ms = 2000 }}\n",
+            dir.path().join("cache").display(),
+            plugin_lib("echo").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(switchyard_bin())
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while get_status(port, "/ready") != Some(200) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the process ended: {status:?}");
+        }
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The SIGHUP is served once serving starts: a second good load (the first is the start),
+    // which reuses the one instance.
+    let reloaded = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the process ended: {status:?}");
+        }
+        let text = get(port, "/metrics").unwrap_or_default();
+        if text.contains("switchyard_reloads_total{result=\"ok\"} 2") {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(reloaded, "the early SIGHUP was not served");
+}
+
+/// Paths relative to a config given by a bare file name start from the working directory, as
+/// `serve` reads them: the plugin `echo.so` beside it is that file, not a library of the same
+/// name on the library search path.
+#[test]
+fn bare_relative_names_mean_the_working_directory() {
+    let dir = TempDir::new("cli-bare");
+    std::fs::copy(plugin_lib("echo"), dir.path().join("echo.so")).unwrap();
+    std::fs::write(
+        dir.path().join("bare.toml"),
+        "[[plugins]]\nname = \"echo\"\npath = \"echo.so\"\n[[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\n",
+    )
+    .unwrap();
+    let out = Command::new(switchyard_bin())
+        .args(["config", "check", "bare.toml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("for 1 of 1 models"), "{stdout}");
+    let out = Command::new(switchyard_bin())
+        .args(["plugins", "inspect", "echo.so"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["check"]["compatible"], true, "{v}");
 }

@@ -10,6 +10,11 @@ use std::{
 };
 use switchyard_plugin_api::Modality;
 
+/// The most seconds any duration key takes: "now" plus it must stay a valid instant.
+const MAX_SECS: f64 = 1e7;
+/// The most `threads` a model may be given.
+pub const MAX_MODEL_THREADS: u32 = 1024;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -480,6 +485,15 @@ pub fn validate(
     base: &Path,
     source: Option<PathBuf>,
 ) -> Result<ValidConfig, ConfigErrors> {
+    // Relative paths start from the config file's directory, made absolute: a bare file name
+    // (`echo.so`, from `config check serve.toml` run in its directory) would otherwise reach
+    // `dlopen` without a slash, which searches the library path instead of that directory.
+    let base = &std::path::absolute(if base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        base
+    })
+    .unwrap_or_else(|_| base.to_path_buf());
     let mut errors = Vec::new();
     let server = &config.server;
     if server.listen.parse::<SocketAddr>().is_err() {
@@ -512,8 +526,12 @@ pub fn validate(
                 .into(),
         );
     }
-    if !(server.drain_timeout_secs.is_finite() && server.drain_timeout_secs >= 0.0) {
-        errors.push("server.drain_timeout_secs: must be a finite number >= 0".into());
+    // Bounded above like the timeouts below: a drain deadline is "now" plus this.
+    if !(server.drain_timeout_secs.is_finite()
+        && server.drain_timeout_secs >= 0.0
+        && server.drain_timeout_secs <= MAX_SECS)
+    {
+        errors.push("server.drain_timeout_secs: must be a number of seconds in [0, 1e7]".into());
     }
     for (key, secs) in [
         ("header_read_timeout_secs", server.header_read_timeout_secs),
@@ -523,7 +541,7 @@ pub fn validate(
         ("reload_timeout_secs", server.reload_timeout_secs),
     ] {
         // Bounded above too, so that adding it to "now" cannot overflow.
-        if !(secs.is_finite() && secs > 0.0 && secs <= 1e7) {
+        if !(secs.is_finite() && secs > 0.0 && secs <= MAX_SECS) {
             errors.push(format!(
                 "server.{key}: must be a number of seconds in (0, 1e7]"
             ));
@@ -583,8 +601,13 @@ pub fn validate(
         if model.max_in_flight == 0 {
             errors.push(format!("{key}.max_in_flight: must be at least 1"));
         }
-        if model.threads == Some(0) {
-            errors.push(format!("{key}.threads: must be at least 1"));
+        if model
+            .threads
+            .is_some_and(|t| !(1..=MAX_MODEL_THREADS).contains(&t))
+        {
+            errors.push(format!(
+                "{key}.threads: must be in 1..={MAX_MODEL_THREADS} (a thread pool of that many is made per instance)"
+            ));
         }
         let server_limits = &config.server.limits;
         check_limits(
@@ -640,7 +663,7 @@ pub fn validate(
         Ok(ValidConfig {
             config,
             source,
-            base_dir: std::path::absolute(base).unwrap_or_else(|_| base.to_path_buf()),
+            base_dir: base.clone(),
         })
     } else {
         Err(ConfigErrors(errors))

@@ -8,24 +8,38 @@ use crate::{
 use std::{path::PathBuf, process::ExitCode};
 
 pub fn inspect(file: PathBuf) -> anyhow::Result<ExitCode> {
+    // A bare file name would reach `dlopen` without a slash: the library path, not here.
+    let file = std::path::absolute(&file)?;
     let sha256 = registry::file_sha256(&file)?;
     let text = registry::read_manifest_text(&file)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let manifest: serde_json::Value = serde_json::from_str(&text)?;
-    // The layout check runs on a private copy, exactly as the registry would load it.
-    let dir = std::env::temp_dir().join(format!("switchyard-inspect-{}", std::process::id()));
-    let registry = registry::Registry::new(dir.clone())?;
-    let verdict = match registry.load("inspected", &file, None) {
-        Ok(p) => serde_json::json!({"compatible": true, "loaded_as": p.label()}),
-        Err(e) => serde_json::json!({"compatible": false, "reason": e.to_string()}),
+    let verdict = match load_as_serving_would("inspected", &file)? {
+        Ok(label) => serde_json::json!({"compatible": true, "loaded_as": label}),
+        Err(reason) => serde_json::json!({"compatible": false, "reason": reason}),
     };
-    let _ = std::fs::remove_dir_all(dir);
     let out = serde_json::json!({
         "file": file, "sha256": sha256, "manifest": manifest,
         "host_api_version": switchyard_plugin_api::API_VERSION.to_string(), "check": verdict,
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Loads a plugin file exactly as the registry would (a private copy, abi_stable's layout
+/// check, the API version): its label, or why it was refused.
+fn load_as_serving_would(
+    name: &str,
+    file: &std::path::Path,
+) -> anyhow::Result<Result<String, String>> {
+    let dir = std::env::temp_dir().join(format!("switchyard-check-{}", std::process::id()));
+    let registry = registry::Registry::new(dir.clone())?;
+    let verdict = match registry.load(name, file, None) {
+        Ok(p) => Ok(p.label()),
+        Err(e) => Err(e.to_string()),
+    };
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(verdict)
 }
 
 pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
@@ -51,12 +65,11 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
         match registry::read_manifest_json(&plugin.path) {
             Err(e) => problems.push(format!("plugins[{i}].path: {e}")),
             Ok(manifest) => {
-                if !switchyard_plugin_api::API_VERSION.accepts(manifest.api_version) {
-                    problems.push(format!(
-                        "plugins[{i}].path: built for plugin API {}, host speaks {}",
-                        manifest.api_version,
-                        switchyard_plugin_api::API_VERSION
-                    ));
+                // As `serve` would load it: its layout and API version, before anything of it
+                // is called.
+                if let Err(reason) = load_as_serving_would(&plugin.name, &plugin.path)? {
+                    problems.push(format!("plugins[{i}].path: {reason}"));
+                    continue;
                 }
                 for (j, model) in config
                     .models()

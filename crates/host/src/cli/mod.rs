@@ -116,8 +116,9 @@ fn serve(
     let runtime = Runtime::for_config(&path, &config)?;
     block_on_then_leave_behind(rt, async move {
         let served = async {
+            let hup = crate::reload::triggers::catch_sighup();
             runtime.apply(config).await?;
-            server::serve(runtime.clone(), listen, admin).await?;
+            server::serve(runtime.clone(), listen, admin, hup).await?;
             Ok::<_, anyhow::Error>(())
         }
         .await;

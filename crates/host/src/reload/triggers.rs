@@ -8,9 +8,30 @@ use std::{
     time::Duration,
 };
 
-/// Starts the triggers the current config asks for. They live as long as the tokio runtime.
-pub fn spawn(runtime: &Arc<Runtime>) -> notify::Result<()> {
-    spawn_sighup_reloader(runtime.clone());
+/// SIGHUP's handler, installed before the first load: until a handler is there, a SIGHUP ends
+/// the process (its default action), and a first load may take minutes. One that arrives
+/// during the load waits in the stream, and reloads once serving starts. `None` (and a warning)
+/// when it cannot be installed.
+pub fn catch_sighup() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::hangup()) {
+        Ok(hup) => Some(hup),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot install the SIGHUP handler; reload with POST /admin/reload");
+            None
+        }
+    }
+}
+
+/// Starts the triggers the current config asks for: SIGHUP through `hup` (from
+/// [`catch_sighup`]), and the config file's watch. They live as long as the tokio runtime.
+pub fn spawn(
+    runtime: &Arc<Runtime>,
+    hup: Option<tokio::signal::unix::Signal>,
+) -> notify::Result<()> {
+    if let Some(hup) = hup {
+        spawn_sighup_reloader(runtime.clone(), hup);
+    }
     if runtime.current().config.server().watch_config {
         if let Some(path) = runtime.config_path().map(PathBuf::from) {
             spawn_config_watcher(runtime.clone(), path)?;
@@ -19,12 +40,7 @@ pub fn spawn(runtime: &Arc<Runtime>) -> notify::Result<()> {
     Ok(())
 }
 
-fn spawn_sighup_reloader(runtime: Arc<Runtime>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot install the SIGHUP handler; reload with POST /admin/reload");
-        return;
-    };
+fn spawn_sighup_reloader(runtime: Arc<Runtime>, mut hup: tokio::signal::unix::Signal) {
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the configuration");

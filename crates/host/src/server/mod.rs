@@ -118,14 +118,16 @@ pub enum ServeError {
 /// Then it terminates gracefully, for rollouts: `/ready` answers 503 at once and new requests
 /// get 503 while the listeners keep answering, the requests in flight finish (at most until
 /// `drain_timeout_secs`), and then the listeners close their connections by the same deadline.
+/// `hup` is SIGHUP's stream, caught before the first load (`reload::triggers::catch_sighup`).
 pub async fn serve(
     runtime: Arc<Runtime>,
     listen: SocketAddr,
     admin: Option<SocketAddr>,
+    hup: Option<tokio::signal::unix::Signal>,
 ) -> Result<(), ServeError> {
     // The triggers come first: once the listener answers `/ready`, a client may edit the config
-    // file or send SIGHUP, and neither may be lost (an early SIGHUP would even end the process).
-    reload::triggers::spawn(&runtime)?;
+    // file or send SIGHUP, and neither may be lost.
+    reload::triggers::spawn(&runtime, hup)?;
     let main = tokio::net::TcpListener::bind(listen).await?;
     let main_addr = main.local_addr()?;
     tracing::info!(%main_addr, "listening");

@@ -241,6 +241,13 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
     assert_eq!(status, 400, "{body}");
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["error"]["param"], "file", "{body}");
+    // Any field the endpoint reads, given twice.
+    let (status, body) = server
+        .transcribe("mirror-a", "b.wav", vec![0u8; 44], &[("model", "echo-a")])
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["param"], "model", "{body}");
 }
 
 #[tokio::test]

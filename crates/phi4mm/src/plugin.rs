@@ -109,14 +109,17 @@ fn tokenizer_of(ck: &Checkpoint, settings: &Phi4mmSettings) -> Result<Prompt, Pl
     let dir: &Path = &ck.dir;
     let prompt = Prompt::load(dir).map_err(|e| tokenizer_refusal(dir, e))?;
     let vocab = ck.config.text.vocab_size;
-    if let Some((marker, id)) = prompt
-        .template_ids()
-        .iter()
-        .find(|(_, id)| *id as usize >= vocab)
-    {
+    // Any id the tokenizer can produce must be one the model embeds: else the first prompt
+    // that yields it fails, every time.
+    let largest = prompt.tokenizer().get_vocab(true).into_values().max();
+    if let Some(largest) = largest.filter(|&id| id as usize >= vocab) {
+        let token = prompt.tokenizer().id_to_token(largest).unwrap_or_default();
         return Err(tokenizer_refusal(
             dir,
-            format!("the chat template's {marker} is id {id}, outside the model's vocabulary of {vocab}"),
+            format!(
+                "token {token:?} is id {largest}, outside the model's vocabulary of {vocab} \
+                 (config.json's vocab_size)"
+            ),
         ));
     }
     // The instruction is the user turn of every transcription, after its clip: one the
@@ -583,10 +586,10 @@ impl PluginModel for Phi4mmModel {
         };
         self.scheduler
             .submit(job)
-            .map_err(|r| PluginError::internal(format!("warm-up request refused: {r:?}")))?;
+            .map_err(|r| PluginError::internal(format!("warm-up request refused: {r}")))?;
         match rx.recv() {
             Ok(Outcome::Finished { .. }) => Ok(()),
-            Ok(Outcome::Failed(e)) => Err(PluginError::internal(format!("warm-up failed: {e:?}"))),
+            Ok(Outcome::Failed(e)) => Err(PluginError::internal(format!("warm-up failed: {e}"))),
             Err(_) => Err(PluginError::internal("warm-up: the scheduler stopped")),
         }
     }

@@ -54,6 +54,10 @@ impl Runtime {
 
     /// Builds a deployment from `config` and swaps it in; see the module docs.
     pub async fn apply(self: &Arc<Self>, config: ValidConfig) -> Result<ReloadReport, ReloadError> {
+        // Refused at once during a shutdown, which holds the turn while it drains.
+        if self.is_terminating() {
+            return Err(ReloadError::ShuttingDown);
+        }
         let _one_at_a_time = self.reload_turn().await;
         // A shutdown drains the deployment it finds; nothing may be swapped in after it.
         if self.is_terminating() {

@@ -37,6 +37,16 @@ struct Form {
     stream: bool,
 }
 
+/// The form fields this endpoint reads; others are accepted and ignored.
+const KNOWN_FIELDS: [&str; 6] = [
+    "file",
+    "model",
+    "prompt",
+    "response_format",
+    "temperature",
+    "stream",
+];
+
 async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<Form, ApiError> {
     let mut multipart = multipart.map_err(|r| {
         ApiError::new(
@@ -55,16 +65,21 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
             e.body_text(),
         )
     };
+    let mut seen: Vec<String> = Vec::new();
     while let Some(field) = multipart.next_field().await.map_err(field_error)? {
         let name = field.name().unwrap_or_default().to_string();
+        // A field given twice would silently lose one of its values (one clip of two).
+        if KNOWN_FIELDS.contains(&name.as_str()) {
+            if seen.contains(&name) {
+                return Err(ApiError::invalid_param(
+                    name.clone(),
+                    format!("the form has more than one {name} field"),
+                ));
+            }
+            seen.push(name.clone());
+        }
         match name.as_str() {
             "file" => {
-                if form.file.is_some() {
-                    return Err(ApiError::invalid_param(
-                        "file",
-                        "the form has more than one file field; send one clip per request",
-                    ));
-                }
                 let format = audio_format(field.file_name(), field.content_type());
                 let bytes = field.bytes().await.map_err(field_error)?;
                 form.file = Some((bytes.to_vec(), format));

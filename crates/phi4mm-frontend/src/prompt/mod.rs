@@ -47,8 +47,6 @@ pub struct Prompt {
     reserved: Vec<String>,
     /// Their ids, which user text may never produce.
     reserved_ids: HashMap<u32, String>,
-    /// The chat template's markers, each one added token (see [`Prompt::template_ids`]).
-    template_ids: Vec<(String, u32)>,
 }
 
 impl Prompt {
@@ -97,16 +95,13 @@ impl Prompt {
             .collect();
         // The template's markers must each be one added token: otherwise `<|user|>` would
         // tokenize as text, the turns would blur, and a user could type the marker's pieces.
-        let mut template_ids = Vec::new();
         let markers = [Role::System, Role::User, Role::Assistant].map(Role::marker);
         for marker in markers
             .into_iter()
             .chain(["<|end|>", special.eos_token.as_str()])
         {
             match tokenizer.token_to_id(marker) {
-                Some(id) if reserved_ids.contains_key(&id) => {
-                    template_ids.push((marker.to_owned(), id))
-                }
+                Some(id) if reserved_ids.contains_key(&id) => {}
                 _ => {
                     return Err(PromptError::Config(format!(
                         "the chat template's {marker} is not an added token of tokenizer.json"
@@ -127,14 +122,7 @@ impl Prompt {
             special,
             reserved,
             reserved_ids,
-            template_ids,
         })
-    }
-
-    /// The chat template's markers (`<|system|>`, …, `<|end|>`, the eos token) and their ids:
-    /// every prompt may hold them, so a model must have each in its vocabulary.
-    pub fn template_ids(&self) -> &[(String, u32)] {
-        &self.template_ids
     }
 
     /// The special ids in use.

@@ -200,7 +200,10 @@ impl<'a> Obj<'a> {
             Some(Some(act)) if act == expected => Ok(()),
             Some(found) => Err(invalid(
                 &self.key(k),
-                format!("{found:?} (only {expected} is supported)"),
+                format!(
+                    "{} (only {expected} is supported)",
+                    found.map_or("a value that is no string".into(), |f| format!("`{f}`"))
+                ),
             )),
         }
     }

@@ -21,13 +21,16 @@ pub struct RowPrompt {
 }
 
 /// Why a row failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RowError {
     /// The request is bad (found while preparing it).
+    #[error("{0}")]
     Invalid(String),
     /// A failure or a caught panic inside the model.
+    #[error("{0}")]
     Internal(String),
     /// The request's deadline passed.
+    #[error("deadline exceeded")]
     Deadline,
 }
 
@@ -103,13 +106,16 @@ impl GenerationParams {
 }
 
 /// Why a job was not admitted (it then got no event).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// Queue full (requests or tokens): try later.
+    #[error("{0}")]
     Overloaded(String),
     /// Draining or shut down.
+    #[error("{0}")]
     Unavailable(String),
     /// The job itself is unacceptable.
+    #[error("{0}")]
     Invalid(String),
 }
 

@@ -277,7 +277,15 @@ fn a_tokenizer_that_cannot_render_the_chat_template_is_refused_at_load() {
         t["model"]["vocab"]["<|system|>"] = 5000.into();
     });
     assert!(
-        refused.contains("<|system|> is id 5000, outside the model's vocabulary of 1024"),
+        refused.contains("\"<|system|>\" is id 5000, outside the model's vocabulary of 1024"),
+        "{refused}"
+    );
+    // Any token, not only the template's.
+    let refused = load_with_tokenizer(|t| {
+        t["model"]["vocab"]["zebra"] = 100_039.into();
+    });
+    assert!(
+        refused.contains("token \"zebra\" is id 100039, outside the model's vocabulary of 1024"),
         "{refused}"
     );
 }

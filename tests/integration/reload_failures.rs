@@ -173,20 +173,16 @@ async fn a_reload_checks_every_new_models_settings_before_creating_any() {
     let v2 = plugin_lib("echo_v2").display().to_string();
     let server = Server::start(&config(&v1, "", "", "")).await;
     let generation = server.status().await["generation"].clone();
-    server.rewrite_config(&format!(
-        r#"{}
-[[models]]
-name = "slow-to-warm"
-plugin = "echo"
-kind = "echo"
-settings = {{ warm_delay_ms = 60000 }}
-[[models]]
-name = "refused"
-plugin = "echo"
-kind = "echo"
-settings = {{ slots = 0 }}
-"#,
-        config(&v2, "", "", "reload_timeout_secs = 120")
+    // `bot` on the new plugin, a model whose warm-up takes a minute, then `last`.
+    let slow_then = |last: &str| {
+        format!(
+            "{}\n[[models]]\nname = \"slow-to-warm\"\nplugin = \"echo\"\nkind = \"echo\"\n\
+             settings = {{ warm_delay_ms = 60000 }}\n[[models]]\nplugin = \"echo\"\n{last}\n",
+            config(&v2, "", "", "reload_timeout_secs = 120")
+        )
+    };
+    server.rewrite_config(&slow_then(
+        "name = \"refused\"\nkind = \"echo\"\nsettings = { slots = 0 }",
     ));
     let (code, body) = server.reload().await;
     assert_eq!(code, 422, "{body}");
@@ -205,20 +201,7 @@ settings = {{ slots = 0 }}
     assert_still_serving_v1(&server, &generation).await;
 
     // A kind the plugin does not have is found in the same pass.
-    server.rewrite_config(&format!(
-        r#"{}
-[[models]]
-name = "slow-to-warm"
-plugin = "echo"
-kind = "echo"
-settings = {{ warm_delay_ms = 60000 }}
-[[models]]
-name = "mistyped"
-plugin = "echo"
-kind = "ecko"
-"#,
-        config(&v2, "", "", "reload_timeout_secs = 120")
-    ));
+    server.rewrite_config(&slow_then("name = \"mistyped\"\nkind = \"ecko\""));
     let (code, body) = server.reload().await;
     assert_eq!(code, 422, "{body}");
     let error = body["error"].as_str().unwrap();

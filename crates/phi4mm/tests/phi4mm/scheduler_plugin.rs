@@ -45,6 +45,29 @@ fn model(extra: &str) -> Phi4mmModel {
     Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()).unwrap()
 }
 
+/// Loads the checkpoint at `dir` with `extra` settings (`"key": value, ...`, each after a comma)
+/// on a budget of `threads` host threads.
+fn load_at(
+    dir: &std::path::Path,
+    extra: &str,
+    threads: usize,
+) -> Result<Phi4mmModel, switchyard_plugin_api::PluginError> {
+    let json = format!(
+        r#"{{"checkpoint": {:?} {extra}}}"#,
+        dir.display().to_string()
+    );
+    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
+    Phi4mmModel::load(settings, threads, &|_| {}, Progress::none())
+}
+
+/// The message of a load's refusal; `what` names the case if it was accepted.
+fn refusal(loaded: Result<Phi4mmModel, switchyard_plugin_api::PluginError>, what: &str) -> String {
+    match loaded {
+        Ok(_) => panic!("{what} was accepted"),
+        Err(e) => e.message.to_string(),
+    }
+}
+
 fn request(id: u64, endpoint: Endpoint, parts: Vec<Part>, max: u32) -> Request {
     Request {
         sampling: SamplingParams {
@@ -204,12 +227,7 @@ fn a_model_whose_logits_are_not_finite_fails_its_warm_up_and_its_requests() {
             pair.copy_from_slice(&0x7f7fu16.to_le_bytes()); // bf16's largest finite value
         }
     });
-    let json = format!(
-        r#"{{"checkpoint": {:?}, "slots": 2, "default_max_tokens": 6}}"#,
-        tmp.path().display().to_string()
-    );
-    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
-    let m = Phi4mmModel::load(settings, 2, &|_| {}, Progress::none())
+    let m = load_at(tmp.path(), r#", "slots": 2, "default_max_tokens": 6"#, 2)
         .expect("every stored value is finite");
     let refused = m.warm().expect_err("the warm-up sees the logits");
     assert!(
@@ -242,15 +260,7 @@ fn load_with_tokenizer(edit: impl FnOnce(&mut serde_json::Value)) -> String {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     edit(&mut tokenizer);
     std::fs::write(&path, tokenizer.to_string()).unwrap();
-    let json = format!(
-        r#"{{"checkpoint": {:?}}}"#,
-        tmp.path().display().to_string()
-    );
-    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
-    match Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()) {
-        Ok(_) => panic!("the tokenizer was accepted"),
-        Err(e) => e.message.to_string(),
-    }
+    refusal(load_at(tmp.path(), "", 2), "the tokenizer")
 }
 
 /// A tokenizer whose chat-template markers are not single added tokens, or whose marker ids the
@@ -298,15 +308,11 @@ fn a_transcription_instruction_the_template_refuses_is_refused_at_load() {
         ("<|end|><|assistant|>", "reserved token"),
         ("<|image_1|> describe", "do not match"),
     ] {
-        let json = format!(
-            r#"{{"checkpoint": {:?}, "transcription_instruction": {instruction:?}}}"#,
-            fixture().join("model").display().to_string()
+        let extra = format!(r#", "transcription_instruction": {instruction:?}"#);
+        let refused = refusal(
+            load_at(&fixture().join("model"), &extra, 2),
+            &format!("{instruction:?}"),
         );
-        let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
-        let refused = match Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()) {
-            Ok(_) => panic!("{instruction:?} was accepted"),
-            Err(e) => e.message.to_string(),
-        };
         assert!(
             refused.starts_with("transcription_instruction: ") && refused.contains(why),
             "{instruction:?}: {refused}"
@@ -323,12 +329,7 @@ fn the_resident_adapters_are_the_checkpoints() {
     m.shutdown();
     let tmp = crate::model_checkpoint::copy_layout("model");
     std::fs::remove_dir_all(tmp.path().join("vision-lora")).unwrap();
-    let json = format!(
-        r#"{{"checkpoint": {:?}}}"#,
-        tmp.path().display().to_string()
-    );
-    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
-    let m = Phi4mmModel::load(settings, 2, &|_| {}, Progress::none()).unwrap();
+    let m = load_at(tmp.path(), "", 2).unwrap();
     let resources = m.resources();
     assert_eq!(resources.resident_adapters, ["speech"]);
     assert_eq!(resources.max_adapters, 1);
@@ -338,15 +339,10 @@ fn the_resident_adapters_are_the_checkpoints() {
 /// The host's thread budget for the model is held to the same bound as `settings.threads`.
 #[test]
 fn a_host_thread_budget_over_the_bound_is_refused() {
-    let json = format!(
-        r#"{{"checkpoint": {:?}}}"#,
-        fixture().join("model").display().to_string()
+    let refused = refusal(
+        load_at(&fixture().join("model"), "", 100_000),
+        "100000 threads",
     );
-    let settings: Phi4mmSettings = serde_json::from_str(&json).unwrap();
-    let refused = match Phi4mmModel::load(settings, 100_000, &|_| {}, Progress::none()) {
-        Ok(_) => panic!("100000 threads were accepted"),
-        Err(e) => e.message.to_string(),
-    };
     assert!(
         refused.contains("the host gives this model 100000 threads, over the most 1024"),
         "{refused}"

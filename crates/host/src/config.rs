@@ -478,6 +478,21 @@ pub fn from_toml_str(text: &str, base: &Path) -> Result<ValidConfig, ConfigError
     validate(config, base, None)
 }
 
+/// The path (`.a.b[2]`) of the first null in `value`, if any.
+fn first_null(value: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::Null => Some(String::new()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            first_null(item).map(|rest| format!("[{i}]{rest}"))
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(name, field)| {
+            first_null(field).map(|rest| format!(".{name}{rest}"))
+        }),
+        Value::Bool(_) | Value::Number(_) | Value::String(_) => None,
+    }
+}
+
 /// Checks the config as a whole: every reference resolves, names are unique, values are sane.
 /// Plugin files are only checked for existence here; the registry checks their contents.
 pub fn validate(
@@ -597,6 +612,14 @@ pub fn validate(
         }
         if !model.settings.is_object() {
             errors.push(format!("{key}.settings: must be a table"));
+        }
+        if let Some(path) = first_null(&model.settings) {
+            // TOML has no null: the parse made one of an inf or a nan, which JSON cannot carry,
+            // and the plugin would have been told of a null it was never given.
+            errors.push(format!(
+                "{key}.settings{path}: inf and nan are not setting values (a plugin gets its \
+                 settings as JSON, which has no such numbers)"
+            ));
         }
         if model.max_in_flight == 0 {
             errors.push(format!("{key}.max_in_flight: must be at least 1"));
@@ -770,6 +793,27 @@ mod tests {
             err.to_string().contains("server.max_buffered_body_bytes"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn non_finite_settings_are_refused_by_their_path() {
+        let model = |settings: &str| {
+            format!(
+                "[[plugins]]\nname = \"p\"\npath = \"/bin/sh\"\n[[models]]\nname = \"m\"\n\
+                 plugin = \"p\"\nkind = \"k\"\nsettings = {settings}\n"
+            )
+        };
+        for (settings, path) in [
+            ("{ temperature = inf }", "models[0].settings.temperature:"),
+            ("{ a = 1, scales = [1.0, nan] }", "models[0].settings.scales[1]:"),
+            ("{ limits = { seconds = -inf } }", "models[0].settings.limits.seconds:"),
+        ] {
+            let err = check(&model(settings)).unwrap_err().to_string();
+            assert!(err.contains(path), "{settings}: {err}");
+            assert!(err.contains("inf and nan are not setting values"), "{err}");
+        }
+        let ok = from_toml_str(&model("{ a = 1.5, b = [], c = {} }"), Path::new("/"));
+        assert!(ok.is_ok(), "{:?}", ok.err());
     }
 
     #[test]

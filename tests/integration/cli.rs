@@ -113,6 +113,37 @@ fn config_check_accepts_good_and_names_bad_keys() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.max_body_bytes"));
 }
 
+#[test]
+fn config_check_gives_the_settings_checks_the_reload_timeout() {
+    // A check that hangs (a checkpoint on a hung mount) fails `config check` at
+    // reload_timeout_secs, as it would fail the reload, and the checks that answered keep their
+    // verdicts.
+    let dir = TempDir::new("cli-check-timeout");
+    let path = dir.path().join("slow.toml");
+    let text = format!(
+        "[server]\nreload_timeout_secs = 1\n{}",
+        models_config(
+            &plugin_lib("echo"),
+            "echo",
+            &["slots = 0", "check_delay_ms = 60000", "slots = 2"]
+        )
+    );
+    std::fs::write(&path, text).unwrap();
+    let started = std::time::Instant::now();
+    let (ok, out, err) = switchyard(&["config", "check", path.to_str().unwrap()]);
+    let took = started.elapsed();
+    assert!(!ok, "{out}");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    for needle in [
+        "models[0].settings (m0): slots must be at least 1",
+        "models[1].settings (m1): the plugin's settings checks did not finish within \
+         reload_timeout_secs = 1",
+        "models[2].settings (m2): the plugin's settings checks did not finish",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+}
+
 /// A config whose models all use the plugin at `lib`, one per settings table.
 fn models_config(lib: &std::path::Path, kind: &str, settings: &[&str]) -> String {
     let mut text = format!("[[plugins]]\nname = \"p\"\npath = \"{}\"\n", lib.display());

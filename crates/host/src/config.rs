@@ -483,12 +483,13 @@ fn first_null(value: &serde_json::Value) -> Option<String> {
     use serde_json::Value;
     match value {
         Value::Null => Some(String::new()),
-        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
-            first_null(item).map(|rest| format!("[{i}]{rest}"))
-        }),
-        Value::Object(fields) => fields.iter().find_map(|(name, field)| {
-            first_null(field).map(|rest| format!(".{name}{rest}"))
-        }),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| first_null(item).map(|rest| format!("[{i}]{rest}"))),
+        Value::Object(fields) => fields
+            .iter()
+            .find_map(|(name, field)| first_null(field).map(|rest| format!(".{name}{rest}"))),
         Value::Bool(_) | Value::Number(_) | Value::String(_) => None,
     }
 }
@@ -805,8 +806,14 @@ mod tests {
         };
         for (settings, path) in [
             ("{ temperature = inf }", "models[0].settings.temperature:"),
-            ("{ a = 1, scales = [1.0, nan] }", "models[0].settings.scales[1]:"),
-            ("{ limits = { seconds = -inf } }", "models[0].settings.limits.seconds:"),
+            (
+                "{ a = 1, scales = [1.0, nan] }",
+                "models[0].settings.scales[1]:",
+            ),
+            (
+                "{ limits = { seconds = -inf } }",
+                "models[0].settings.limits.seconds:",
+            ),
         ] {
             let err = check(&model(settings)).unwrap_err().to_string();
             assert!(err.contains(path), "{settings}: {err}");

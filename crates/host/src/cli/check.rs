@@ -54,7 +54,7 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
         }
     };
     let mut problems = Vec::new();
-    let (mut checked, mut unchecked) = (0, Vec::new());
+    let mut checks = Vec::new();
     for (i, plugin) in config.plugins().iter().enumerate() {
         let sha = registry::file_sha256(&plugin.path)?;
         if let Some(pin) = &plugin.sha256 {
@@ -84,27 +84,47 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
                         ));
                         continue;
                     }
-                    // The plugin's own check of what it would be created from.
-                    match registry::check_settings(
-                        &plugin.path,
-                        &model.kind,
-                        &model.settings,
-                        config.base_dir(),
-                    ) {
-                        Ok(SettingsVerdict::Accepted) => checked += 1,
-                        Ok(SettingsVerdict::Refused(why)) => {
-                            problems.push(format!("models[{j}].settings ({}): {why}", model.name))
-                        }
-                        Ok(SettingsVerdict::NotChecked) => unchecked.push(format!(
-                            "models[{j}].settings ({}): not checked: plugin {} (API {}) \
-                             exports no settings check; they are checked when the instance is \
-                             created",
-                            model.name, plugin.name, manifest.api_version
-                        )),
-                        Err(e) => problems.push(format!("plugins[{i}].path: {e}")),
-                    }
+                    checks.push(SettingsCheck {
+                        plugin_index: i,
+                        model_index: j,
+                        model: model.name.clone(),
+                        plugin: plugin.name.clone(),
+                        api: manifest.api_version.to_string(),
+                        path: plugin.path.clone(),
+                        kind: model.kind.clone(),
+                        settings: model.settings.clone(),
+                    });
                 }
             }
+        }
+    }
+    // The plugins' own checks of what each model would be created from, within the time a
+    // reload gives them: a checkpoint on a hung mount fails the check as it would fail the
+    // reload, instead of hanging it.
+    let timeout_secs = config.server().reload_timeout_secs;
+    let verdicts = run_within(
+        std::time::Duration::from_secs_f64(timeout_secs),
+        config.base_dir().to_path_buf(),
+        &checks,
+    )?;
+    let (mut checked, mut unchecked) = (0, Vec::new());
+    for (check, verdict) in checks.iter().zip(verdicts) {
+        let (j, name) = (check.model_index, &check.model);
+        match verdict {
+            None => problems.push(format!(
+                "models[{j}].settings ({name}): the plugin's settings checks did not finish \
+                 within reload_timeout_secs = {timeout_secs}"
+            )),
+            Some(Ok(SettingsVerdict::Accepted)) => checked += 1,
+            Some(Ok(SettingsVerdict::Refused(why))) => {
+                problems.push(format!("models[{j}].settings ({name}): {why}"))
+            }
+            Some(Ok(SettingsVerdict::NotChecked)) => unchecked.push(format!(
+                "models[{j}].settings ({name}): not checked: plugin {} (API {}) exports no \
+                 settings check; they are checked when the instance is created",
+                check.plugin, check.api
+            )),
+            Some(Err(e)) => problems.push(format!("plugins[{}].path: {e}", check.plugin_index)),
         }
     }
     for note in &unchecked {
@@ -128,4 +148,54 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// One model's settings, to be checked by its plugin.
+struct SettingsCheck {
+    plugin_index: usize,
+    model_index: usize,
+    model: String,
+    plugin: String,
+    api: String,
+    path: PathBuf,
+    kind: String,
+    settings: serde_json::Value,
+}
+
+type Verdict = Result<SettingsVerdict, registry::ManifestError>;
+
+/// Runs the checks in order on a thread of their own and returns each one's verdict, `None` for
+/// those that had not answered by `timeout`. The thread of a check that hangs is left behind:
+/// the process ends with `config check`, and a plugin's code cannot be stopped anyway.
+fn run_within(
+    timeout: std::time::Duration,
+    config_dir: PathBuf,
+    checks: &[SettingsCheck],
+) -> std::io::Result<Vec<Option<Verdict>>> {
+    let deadline = std::time::Instant::now() + timeout;
+    let jobs: Vec<_> = checks
+        .iter()
+        .map(|c| (c.path.clone(), c.kind.clone(), c.settings.clone()))
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("settings-check".into())
+        .spawn(move || {
+            for (path, kind, settings) in jobs {
+                let verdict = registry::check_settings(&path, &kind, &settings, &config_dir);
+                if tx.send(verdict).is_err() {
+                    return;
+                }
+            }
+        })?;
+    let mut verdicts = Vec::with_capacity(checks.len());
+    while verdicts.len() < checks.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(verdict) => verdicts.push(Some(verdict)),
+            Err(_) => break,
+        }
+    }
+    verdicts.resize_with(checks.len(), || None);
+    Ok(verdicts)
 }

@@ -99,8 +99,32 @@ pub fn check_settings(
         .map_err(|e| PluginError::invalid_settings(e.to_string()))?;
     let dir: &Path = &settings.checkpoint;
     let ck = Checkpoint::open_structure(dir).map_err(|e| checkpoint_refusal(dir, e))?;
-    tokenizer_of(&ck, &settings)?;
+    let prompt = tokenizer_of(&ck, &settings)?;
+    if let Some(pool) = settings.kv_cache_bytes {
+        // The smallest request is the warm-up's; a pool without room for its row would pass
+        // here and fail the load. A row costs at least what the host backend's does (the IREE
+        // backend's rows come in compiled sizes, so they may need more: its warm-up says so).
+        let positions = warm_up_prompt(&prompt)?.len() + 1;
+        let c = &ck.config.text;
+        let row =
+            crate::model::kv_cache::row_bytes(c.num_layers, c.num_kv_heads * c.head_dim, positions);
+        if row as u64 > pool {
+            return Err(PluginError::invalid_settings(format!(
+                "kv_cache_bytes = {pool} holds no request: the smallest (the warm-up, {positions} \
+                 positions) needs {row} bytes of KV cache"
+            )));
+        }
+    }
     Ok(())
+}
+
+/// The warm-up's prompt: one short user turn.
+fn warm_up_prompt(prompt: &Prompt) -> Result<Vec<u32>, PluginError> {
+    let messages = [Message::text(Role::User, "Hello".to_string())];
+    Ok(prompt
+        .encode_messages(&messages, true)
+        .map_err(|e| PluginError::internal(format!("warm-up prompt: {e}")))?
+        .ids)
 }
 
 /// The checkpoint's tokenizer, whose chat template must fit the model's vocabulary, and which
@@ -564,12 +588,7 @@ impl PluginModel for Phi4mmModel {
     /// routes traffic here: it pages the weights in, and a backend that cannot run fails the
     /// (re)load instead of the first request.
     fn warm(&self) -> Result<(), PluginError> {
-        let messages = [Message::text(Role::User, "Hello".to_string())];
-        let ids = self
-            .prompt
-            .encode_messages(&messages, true)
-            .map_err(|e| PluginError::internal(format!("warm-up prompt: {e}")))?
-            .ids;
+        let ids = warm_up_prompt(&self.prompt)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let job = Job {
             id: WARM_JOB_ID,

@@ -502,3 +502,47 @@ fn media_are_charged_at_their_token_cost_at_admission() {
     wait_idle(&m);
     m.shutdown();
 }
+
+/// A `kv_cache_bytes` without room for the smallest request is refused by the settings check,
+/// which `config check` and every reload run before loading; the bound it names is the one
+/// the load holds to: a pool of exactly that many bytes warms up, one byte less does not.
+#[test]
+fn the_settings_check_refuses_a_kv_pool_that_holds_no_request() {
+    use switchyard_plugin_api::SettingsText;
+    let model = fixture().join("model");
+    let check = |pool: u64| {
+        let json = format!(
+            r#"{{"checkpoint": {:?}, "kv_cache_bytes": {pool}}}"#,
+            model.display().to_string()
+        );
+        switchyard_phi4mm::plugin::check_settings("phi4mm", SettingsText::json(json), &model)
+    };
+    let refused = check(1000).expect_err("a 1000-byte pool holds no row");
+    let message = refused.message.to_string();
+    assert!(
+        message.contains("kv_cache_bytes = 1000 holds no request"),
+        "{message}"
+    );
+    let needed: u64 = message
+        .split("needs ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count in {message}"));
+    check(needed).expect("the named size is enough for the check");
+    let pool = |bytes: u64| {
+        load_at(
+            &model,
+            &format!(r#", "slots": 1, "kv_cache_bytes": {bytes}"#),
+            1,
+        )
+        .expect("loads")
+    };
+    let tight = pool(needed);
+    tight.warm().expect("a pool of the named size warms up");
+    tight.shutdown();
+    let short = pool(needed - 1);
+    let refused = short.warm().expect_err("one byte less holds no warm-up");
+    assert!(refused.message.contains("kv_cache_bytes"), "{refused}");
+    short.shutdown();
+}

@@ -10,6 +10,7 @@
 
 use super::error::{AudioError, SampleLimit};
 use super::options::AudioOptions;
+use std::borrow::Cow;
 use std::io::Cursor;
 
 /// Mono samples and their rate.
@@ -42,7 +43,7 @@ pub fn decode_with(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio,
         return Err(AudioError::Empty);
     }
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
-        decode_wav(bytes, options)
+        decode_wav(&with_data_length_stated(bytes), options)
     } else {
         // symphonia parses untrusted containers in pure Rust but does not promise to be
         // panic-free on every malformed stream; a panic there must not take the worker down.
@@ -65,13 +66,6 @@ fn open_wav<'a>(
     bytes: &'a [u8],
     options: &AudioOptions,
 ) -> Result<(WavReader<'a>, usize), AudioError> {
-    if data_length_unknown(bytes) {
-        return Err(AudioError::UnsupportedWav(
-            "the data chunk's length is 0xFFFFFFFF (a WAV written to a stream, its length \
-             unknown); write the clip to a file, or send it as FLAC"
-                .into(),
-        ));
-    }
     let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| match e {
         hound::Error::Unsupported => {
             AudioError::UnsupportedWav("format not supported by hound".into())
@@ -112,20 +106,43 @@ fn open_wav<'a>(
     Ok((reader, frames))
 }
 
-/// Whether the RIFF chunk list's `data` chunk gives 0xFFFFFFFF as its length: what a writer
-/// that cannot seek back (a pipe) leaves there. hound would call it a length that is no
-/// multiple of the sample size, which says nothing of why.
-fn data_length_unknown(bytes: &[u8]) -> bool {
+/// The clip with its `data` chunk's length stated. A writer that cannot seek back (a pipe)
+/// leaves 0xFFFFFFFF there (and in the RIFF length), meaning "to the end of the file"; the clip
+/// is whole in memory, so that length is the bytes after the chunk's header, down to whole
+/// sample frames, as `soundfile` reads such a file. Every other clip is returned as it is.
+fn with_data_length_stated(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let mut block_align = None;
     let mut at = 12;
     while let Some(header) = bytes.get(at..at + 8) {
         let size = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        if &header[..4] == b"fmt " {
+            // WAVEFORMAT: tag, channels, rate, bytes per second, then the block alignment.
+            block_align = bytes
+                .get(at + 20..at + 22)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]));
+        }
         if &header[..4] == b"data" {
-            return size == u32::MAX;
+            if size != u32::MAX {
+                return Cow::Borrowed(bytes);
+            }
+            let data = bytes.len() - (at + 8);
+            let Some(align) = block_align.filter(|&a| a > 0) else {
+                return Cow::Borrowed(bytes);
+            };
+            let stated = data - data % usize::from(align);
+            let (Ok(stated), Ok(riff)) = (u32::try_from(stated), u32::try_from(bytes.len() - 8))
+            else {
+                return Cow::Borrowed(bytes);
+            };
+            let mut patched = bytes.to_vec();
+            patched[4..8].copy_from_slice(&riff.to_le_bytes());
+            patched[at + 4..at + 8].copy_from_slice(&stated.to_le_bytes());
+            return Cow::Owned(patched);
         }
         // Chunks are padded to an even length.
         at += 8 + size as usize + (size as usize & 1);
     }
-    false
+    Cow::Borrowed(bytes)
 }
 
 fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
@@ -288,7 +305,8 @@ pub fn probe(bytes: &[u8], options: &AudioOptions) -> Result<ClipHeader, AudioEr
         return Err(AudioError::Empty);
     }
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
-        let (reader, frames) = open_wav(bytes, options)?;
+        let bytes = with_data_length_stated(bytes);
+        let (reader, frames) = open_wav(&bytes, options)?;
         return Ok(ClipHeader {
             sample_rate: reader.spec().sample_rate,
             frames: Some(frames as u64),

@@ -144,3 +144,42 @@ fn token_counts_of_section_4_5() {
         );
     }
 }
+
+/// A WAV written to a pipe leaves 0xFFFFFFFF as its RIFF and data lengths ("to the end of the
+/// file"): it reads as the file with its lengths stated, as `soundfile` reads it, down to whole
+/// sample frames (a stray byte at the end is no frame).
+#[test]
+fn a_streamed_wav_reads_to_the_end_of_its_bytes() {
+    let manifest = switchyard_fixtures::manifest();
+    for case in ["audio_16k", "audio_44k"] {
+        let entry = &manifest["audio_features"]["cases"][case];
+        let wav = switchyard_fixtures::read(entry["wav"].as_str().unwrap());
+        let mut streamed = wav.clone();
+        streamed[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut at = 12;
+        loop {
+            let size = u32::from_le_bytes(streamed[at + 4..at + 8].try_into().unwrap()) as usize;
+            if &streamed[at..at + 4] == b"data" {
+                assert_eq!(
+                    at + 8 + size,
+                    wav.len(),
+                    "{case}: the data chunk ends the file"
+                );
+                streamed[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+                break;
+            }
+            at += 8 + size + (size & 1);
+        }
+        streamed.push(0x7f);
+        let options = AudioOptions::default();
+        let stated = audio::features_from_bytes(&wav, &options).unwrap();
+        let got = audio::features_from_bytes(&streamed, &options)
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(got, stated, "{case}");
+        assert_eq!(
+            audio::probe(&streamed, &options).unwrap(),
+            audio::probe(&wav, &options).unwrap(),
+            "{case}"
+        );
+    }
+}

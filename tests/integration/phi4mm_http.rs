@@ -126,8 +126,13 @@ async fn a_client_that_disconnects_mid_stream_frees_its_slot() {
 async fn the_iree_backend_answers_like_the_host_backend() {
     // The artifact cache the plugin's own IREE tests fill, and the same decoder shape as theirs
     // (the checkpoint's whole context, no `iree.context`), so the modules are compiled once per
-    // test run.
+    // test run. The settings name no cache: the plugin keeps its modules under the host's
+    // `server.cache_dir` (`plugins/phi4mm/iree`), here a link to the shared cache.
     let cache = crate::shared_iree_cache();
+    let dir = switchyard_integration_tests::TempDir::new("iree-http");
+    let plugin_cache = dir.path().join("cache/switchyard/plugins/phi4mm");
+    std::fs::create_dir_all(&plugin_cache).unwrap();
+    std::os::unix::fs::symlink(&cache, plugin_cache.join("iree")).unwrap();
     let config = format!(
         r#"
 [[plugins]]
@@ -142,13 +147,12 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6 }}
 name = "iree"
 plugin = "phi4mm"
 kind = "phi4mm"
-settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend = "iree", iree = {{ cache_dir = "{cache}" }} }}
+settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend = "iree" }}
 "#,
         lib = phi4mm_lib().display(),
         ckpt = fixture().join("model").display(),
-        cache = cache.display(),
     );
-    let server = Server::start(&config).await;
+    let server = Server::start_in(dir, &config).await;
     let image = json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", input("img_small.png"))}});
     let audio = json!({"type": "input_audio", "input_audio": {"data": input("audio_16k.wav"), "format": "wav"}});
     let text = json!({"type": "text", "text": "What is this?"});
@@ -177,7 +181,14 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 6, backend 
         .find(|i| i.to_string().contains("\"iree\""))
         .unwrap_or_else(|| panic!("no iree instance in {status}"))
         .to_string();
-    for needle in ["backend", "iree-cache", "entries", "local-task"] {
+    let served_from = plugin_cache.join("iree").display().to_string();
+    for needle in [
+        "backend",
+        "\"cache\"",
+        "entries",
+        "local-task",
+        &served_from,
+    ] {
         assert!(iree.contains(needle), "{needle} not in {iree}");
     }
 }

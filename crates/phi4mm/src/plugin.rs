@@ -61,7 +61,13 @@ pub fn create_instance(
     settings: SettingsText,
     services: HostServices,
 ) -> Result<Phi4mmModel, PluginError> {
-    let settings = settings_of(kind, &settings, |p| services.resolve_path(p))?;
+    let mut settings = settings_of(kind, &settings, |p| services.resolve_path(p))?;
+    // The compiled modules go where the host keeps its plugins' caches
+    // (`<server.cache_dir>/plugins/phi4mm/iree`) unless the settings name a directory: an
+    // operator who puts `server.cache_dir` on a persistent volume keeps them across restarts.
+    if settings.iree.cache_dir.is_none() && !services.cache_dir.is_empty() {
+        settings.iree.cache_dir = Some(Path::new(services.cache_dir.as_str()).join("iree"));
+    }
     // A cold artifact cache compiles for minutes before the instance is ready: each compile's
     // start and end go into the host's log, so that an operator watching a starting pod sees
     // what it waits for.

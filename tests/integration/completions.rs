@@ -352,3 +352,79 @@ async fn phi4mm_text_prompts_are_plain_text_and_ids_are_checked() {
     let (status, _) = tokens(json!([1, 2, 3])).await;
     assert_eq!(status, 200);
 }
+
+/// `text_offset[i]` is where token i's text begins in the completion, also while the plugin
+/// holds text back because it may begin a stop string (it is sent with a later token): a stop
+/// string that never matches changes neither the text nor the offsets, streamed or not.
+#[tokio::test]
+async fn phi4mm_text_offsets_locate_each_token_while_text_is_held_back() {
+    let server = Server::start(&phi4mm_config()).await;
+    let complete = |stop: Option<String>, stream: bool| {
+        let mut body = json!({"model": "phi4mm-tiny", "prompt": [1, 2, 3], "max_tokens": 6,
+                              "temperature": 0, "logprobs": 2, "stream": stream});
+        if let Some(stop) = stop {
+            body["stop"] = json!(stop);
+        }
+        let request = server
+            .http
+            .post(format!("{}/v1/completions", server.base))
+            .json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let raw = response.text().await.unwrap();
+            // (text, tokens, offsets), from the answer or from its chunks.
+            let (mut text, mut tokens, mut offsets) = (String::new(), Vec::new(), Vec::new());
+            let answers: Vec<Value> = if stream {
+                raw.lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter(|d| *d != "[DONE]")
+                    .map(|d| serde_json::from_str(d).unwrap())
+                    .collect()
+            } else {
+                vec![serde_json::from_str(&raw).unwrap()]
+            };
+            for answer in answers {
+                let Some(choice) = answer["choices"].get(0) else {
+                    continue;
+                };
+                text += choice["text"].as_str().unwrap();
+                if let Some(logprobs) = choice["logprobs"].as_object() {
+                    for (t, o) in logprobs["tokens"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .zip(logprobs["text_offset"].as_array().unwrap())
+                    {
+                        tokens.push(t.as_str().unwrap().to_string());
+                        offsets.push(o.as_u64().unwrap() as usize);
+                    }
+                }
+            }
+            (text, tokens, offsets)
+        }
+    };
+    let (text, tokens, offsets) = complete(None, false).await;
+    assert_eq!(tokens.len(), 6, "{tokens:?}");
+    let chars: Vec<char> = text.chars().collect();
+    for (token, &offset) in tokens.iter().zip(&offsets) {
+        let at: String = chars[offset..].iter().take(token.chars().count()).collect();
+        assert_eq!(&at, token, "{text:?}: {tokens:?} at {offsets:?}");
+    }
+    // A stop string that begins with a token's text (held back each time the text ends with
+    // it) and ends in a character the text does not hold (so it never matches).
+    let held = tokens
+        .iter()
+        .find(|t| t.chars().count() >= 2)
+        .expect("a token of two characters or more");
+    let stop = format!("{held}\u{7}");
+    assert!(!text.contains(&stop));
+    for stream in [false, true] {
+        let got = complete(Some(stop.clone()), stream).await;
+        assert_eq!(
+            got,
+            (text.clone(), tokens.clone(), offsets.clone()),
+            "stream: {stream}"
+        );
+    }
+}

@@ -109,7 +109,8 @@ struct Choice<'a> {
 /// `text_completion` chunks: one per token, each with its token's `logprobs` when asked.
 struct CompletionChunks {
     logprobs: Option<LogprobsFormat>,
-    /// Characters of the completion sent so far (the next token's `text_offset`).
+    /// Characters of the tokens so far: the next token's `text_offset` (not the text sent so
+    /// far, which lags behind it while the plugin holds back a possible stop string).
     offset: usize,
 }
 
@@ -123,10 +124,13 @@ impl ChunkFormat for CompletionChunks {
 
     fn token<'a>(&mut self, text: &'a str, logprobs: Option<&TokenLogprobs>) -> Choice<'a> {
         let logprobs = match (self.logprobs, logprobs) {
-            (Some(format), Some(sent)) => Some(format.legacy([(self.offset, sent)])),
+            (Some(format), Some(token)) => {
+                let offset = self.offset;
+                self.offset += super::logprobs::chars_begun(&token.sampled.bytes);
+                Some(format.legacy([(offset, token)]))
+            }
             _ => None,
         };
-        self.offset += text.chars().count();
         Choice {
             index: 0,
             text,

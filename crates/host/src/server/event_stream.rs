@@ -49,8 +49,8 @@ pub struct Answer {
     pub text: String,
     /// One entry per token when the request asked for log probabilities, else empty.
     pub logprobs: Vec<TokenLogprobs>,
-    /// Beside each entry of `logprobs`: the character offset in `text` where its token's text
-    /// begins.
+    /// Beside each entry of `logprobs`: the characters of the tokens before it, where its text
+    /// begins in `text` (a token that a stop string cut may begin past the text kept).
     pub text_offsets: Vec<usize>,
     pub reason: FinishReason,
     pub usage: Usage,
@@ -201,15 +201,15 @@ impl EventStream {
                     text: piece,
                     logprobs: sent,
                 } => {
+                    // A token's offset counts the characters of the tokens before it, not the
+                    // text sent so far: a plugin holds text back (the start of a possible stop
+                    // string) and sends it with a later token.
                     if let Some(sent) = sent {
-                        logprobs.push(sent);
                         text_offsets.push(chars);
+                        chars += super::logprobs::chars_begun(&sent.sampled.bytes);
+                        logprobs.push(sent);
                     }
                     text.push_str(&piece);
-                    // Character offsets are only for the log probabilities' `text_offset`.
-                    if self.logprobs_wanted {
-                        chars += piece.chars().count();
-                    }
                 }
                 Step::Finished { reason, usage } => {
                     return Ok(Answer {

@@ -130,3 +130,9 @@ mod tests {
         );
     }
 }
+
+/// The characters a token's bytes begin: its UTF-8 lead and single-byte characters (a byte-level
+/// token may hold the tail of a character begun by the token before it).
+pub fn chars_begun(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count()
+}

@@ -611,3 +611,63 @@ async fn bad_model_options_are_refused_clearly() {
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     assert_eq!(reply.body["usage"]["prompt_tokens"], 5);
 }
+
+/// No client states a transcript's length: its budget follows the clip (a token per token of
+/// its prompt, at least the model's `default_max_tokens`), within the instance's
+/// `max_tokens_limit`, and neither default cuts it short. (It stopped at `default_max_tokens`,
+/// a few minutes of speech at the default of 256, with nothing to say it was cut.)
+#[tokio::test]
+async fn a_transcriptions_budget_follows_its_clip_within_the_cap() {
+    let config = format!(
+        r#"
+[server.limits]
+default_max_tokens = 6
+[[plugins]]
+name = "phi4mm"
+path = "{lib}"
+[[models]]
+name = "clip"
+plugin = "phi4mm"
+kind = "phi4mm"
+settings = {{ checkpoint = "{ckpt}", slots = 1, default_max_tokens = 8 }}
+[[models]]
+name = "capped"
+plugin = "phi4mm"
+kind = "phi4mm"
+limits = {{ max_tokens_limit = 20, default_max_tokens = 6 }}
+settings = {{ checkpoint = "{ckpt}", slots = 1, default_max_tokens = 8 }}
+"#,
+        lib = phi4mm_lib().display(),
+        ckpt = fixture().join("model").display()
+    );
+    let server = Server::start(&config).await;
+    let wav = std::fs::read(fixture().join("inputs/audio_long_16k.wav")).unwrap();
+    let usage = |body: &str| {
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        let usage = &body["usage"];
+        (
+            usage["input_tokens"].as_u64().unwrap(),
+            usage["output_tokens"].as_u64().unwrap(),
+        )
+    };
+    let (status, body) = server
+        .transcribe("clip", "clip.wav", wav.clone(), &[])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (input, output) = usage(&body);
+    assert!(output > 8 && output <= input, "{body}");
+    let (status, body) = server.transcribe("capped", "clip.wav", wav, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, output) = usage(&body);
+    assert!(output > 8 && output <= 20, "{body}");
+    // A chat still gets the defaults.
+    let reply = server
+        .chat(json!({"model": "clip", "temperature": 0,
+                     "messages": [{"role": "user", "content": "Hello"}]}))
+        .await;
+    assert_eq!(
+        reply.body["usage"]["completion_tokens"], 6,
+        "{:?}",
+        reply.body
+    );
+}

@@ -109,6 +109,12 @@ impl RequestLimits {
                 )
             }
             ROption::RSome(_) => {}
+            // A transcription's length is its clip's, which no client states: it gets the cap
+            // as its bound, and the model sizes the budget from the clip within it. (The
+            // default, 256 tokens unless set, cut a few minutes of speech short.)
+            ROption::RNone if request.endpoint == Endpoint::Transcription => {
+                request.sampling.max_tokens = ROption::RSome(self.max_tokens_limit);
+            }
             ROption::RNone => {
                 if let Some(default) = self.default_max_tokens {
                     request.sampling.max_tokens = ROption::RSome(default);

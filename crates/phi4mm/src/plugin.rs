@@ -395,7 +395,7 @@ impl Phi4mmModel {
         // Tokenizing and reading the media headers here refuses malformed chats and media at
         // admission and gives the queue its real charge.
         let charged = source.charge(&self.model, &self.prompt, &media_options)?;
-        let max_new_tokens = self.max_new_tokens(request);
+        let max_new_tokens = self.max_new_tokens(request, charged);
         let (model, prompt) = (self.model.clone(), self.prompt.clone());
         let media = self.media.clone();
         let prepare = Box::new(move || {
@@ -434,14 +434,27 @@ impl Phi4mmModel {
         })
     }
 
-    /// The request's `max_tokens`, or the instance's `default_max_tokens`.
-    fn max_new_tokens(&self, request: &Request) -> usize {
-        request
+    /// The request's `max_tokens`, or the instance's `default_max_tokens`; for a transcription,
+    /// [`Self::transcription_budget`].
+    fn max_new_tokens(&self, request: &Request, prompt_tokens: usize) -> usize {
+        let asked = request
             .sampling
             .max_tokens
             .into_option()
-            .map(|m| m as usize)
-            .unwrap_or(self.settings.default_max_tokens)
+            .map(|m| m as usize);
+        if request.endpoint == Endpoint::Transcription {
+            return self.transcription_budget(asked, prompt_tokens);
+        }
+        asked.unwrap_or(self.settings.default_max_tokens)
+    }
+
+    /// A transcription's budget follows its clip: as many tokens as its prompt of
+    /// `prompt_tokens` (the clip's audio tokens, 12.5 a second, and the instruction: more than
+    /// speech says in that time), at least `default_max_tokens`, within `bound`, the request's
+    /// `max_tokens` (no client states a transcript's length; the host sends its cap).
+    fn transcription_budget(&self, bound: Option<usize>, prompt_tokens: usize) -> usize {
+        let from_clip = prompt_tokens.max(self.settings.default_max_tokens);
+        bound.map_or(from_clip, |bound| bound.min(from_clip))
     }
 
     /// The request's chat as prompt messages; a transcription becomes one user turn with its
@@ -645,7 +658,8 @@ impl PluginModel for Phi4mmModel {
                  as the prompt",
             ));
         }
-        let ids = self.completion_ids(prompt, self.max_new_tokens(&request))?;
+        // The budget does not depend on the prompt's length but for transcriptions.
+        let ids = self.completion_ids(prompt, self.max_new_tokens(&request, 0))?;
         let source = PromptSource::Ids {
             input_ids: ids,
             images: Vec::new(),

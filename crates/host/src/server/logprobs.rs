@@ -74,6 +74,12 @@ pub fn content(entries: Vec<Value>) -> Value {
     json!({ "content": entries })
 }
 
+/// The characters a token's bytes begin: its UTF-8 lead and single-byte characters (a byte-level
+/// token may hold the tail of a character begun by the token before it).
+pub fn chars_begun(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,10 +135,4 @@ mod tests {
             json!([{"token_id:7": -0.25, "token_id:8": -2.0, "token_id:9": -3.0}])
         );
     }
-}
-
-/// The characters a token's bytes begin: its UTF-8 lead and single-byte characters (a byte-level
-/// token may hold the tail of a character begun by the token before it).
-pub fn chars_begun(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count()
 }

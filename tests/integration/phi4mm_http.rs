@@ -82,6 +82,33 @@ async fn every_modality_and_both_endpoints_over_http() {
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]});
     let reply = server.chat(bad).await;
     assert_eq!(reply.status, 400, "{:?}", reply.body);
+    // Media whose header reads but whose data does not decode fails after admission, while the
+    // plugin prepares it: streamed or not, the answer is the same 400 (not a 200 and an error
+    // event), for the status waits for the request to start.
+    let png = std::fs::read(fixture().join("inputs/img_small.png")).unwrap();
+    let cut = base64::engine::general_purpose::STANDARD.encode(&png[..png.len() / 2]);
+    for stream in [false, true] {
+        let body = json!({"model": "phi4mm-tiny", "stream": stream, "messages": [{"role": "user",
+            "content": [{"type": "image_url",
+                         "image_url": {"url": format!("data:image/png;base64,{cut}")}}]}]});
+        let reply = server.chat(body).await;
+        assert_eq!(reply.status, 400, "stream {stream}: {:?}", reply.body);
+        let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("image 0"), "stream {stream}: {message}");
+    }
+    // A clip whose header is sound and whose samples are not: one NaN in a second of floats.
+    let mut nan = switchyard_fixtures::crafted::wav_header(16000, 1, 32, 3, 16000 * 4);
+    for i in 0..16000 {
+        let sample = if i == 8000 { f32::NAN } else { 0.0 };
+        nan.extend_from_slice(&sample.to_le_bytes());
+    }
+    for stream in ["false", "true"] {
+        let (status, body) = server
+            .transcribe("phi4mm-tiny", "nan.wav", nan.clone(), &[("stream", stream)])
+            .await;
+        assert_eq!(status, 400, "stream {stream}: {body}");
+        assert!(body.contains("not finite"), "stream {stream}: {body}");
+    }
     let reply = server.chat(json!({"model": "phi4mm-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "ok"}]})).await;
     assert_eq!(reply.status, 200);
 }

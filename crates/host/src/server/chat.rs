@@ -59,6 +59,12 @@ async fn chat(
     let logprobs = request.logprobs_format();
     let retry_after = runtime.retry_after_secs();
     if request.generation.stream {
+        // The status waits for the request to start: one that fails before (media that does
+        // not decode) gets the status a plain answer would, not a 200 and an error event.
+        let events = match events.started().await {
+            Ok(events) => events,
+            Err(failure) => return Ok(Served::new(instance, failure.to_api_error(retry_after))),
+        };
         let include_usage = request.generation.include_usage();
         let body = stream_answer(
             events,

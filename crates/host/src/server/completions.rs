@@ -60,6 +60,11 @@ async fn complete(
     let logprobs = request.logprobs_format();
     let retry_after = runtime.retry_after_secs();
     if request.generation.stream {
+        // As chat's: the status waits for the request to start.
+        let events = match events.started().await {
+            Ok(events) => events,
+            Err(failure) => return Ok(Served::new(instance, failure.to_api_error(retry_after))),
+        };
         let include_usage = request.generation.include_usage();
         let chunks = CompletionChunks {
             logprobs,

@@ -121,6 +121,8 @@ pub struct EventStream {
     /// When the batch of events being read was taken from the channel: the arrival time of
     /// each of its tokens (they arrived together; one clock read serves them all).
     batch_taken: Instant,
+    /// A step read while waiting for the start ([`Self::started`]), handed out first.
+    pending: Option<Step>,
 }
 
 /// The host's wall-clock limit of a request.
@@ -159,7 +161,38 @@ impl EventStream {
             ended: false,
             deadline: None,
             batch_taken: started,
+            pending: None,
         })
+    }
+
+    /// Waits until the plugin has started the request (`Event::Started`: its inputs, media
+    /// included, were read and it holds the resources to run), or has ended it. A request that
+    /// failed before it started is the failure, so that a streamed answer gets the status a
+    /// plain one would (a 400 for a clip that does not decode) instead of a 200 and an error
+    /// event. What arrives instead of `Started` is kept for the steps.
+    pub async fn started(mut self) -> Result<Self, Failure> {
+        let step = std::future::poll_fn(|cx| loop {
+            let event = match self.poll_event(cx) {
+                Poll::Ready(Ok(event)) => event,
+                Poll::Ready(Err(deadline)) => return Poll::Ready(Some(deadline)),
+                Poll::Pending => return Poll::Pending,
+            };
+            if matches!(event, Some(Event::Started { .. })) {
+                self.step(event);
+                return Poll::Ready(None);
+            }
+            if let Some(step) = self.step(event) {
+                return Poll::Ready(Some(step));
+            }
+        })
+        .await;
+        match step {
+            Some(Step::Failed(failure)) => Err(failure),
+            other => {
+                self.pending = other;
+                Ok(self)
+            }
+        }
     }
 
     /// Fails the request with [`Failure::Deadline`] at `at` unless it ended before; `secs` is
@@ -227,37 +260,49 @@ impl EventStream {
 
     /// The next step; only for a stream that has not ended.
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
+        if let Some(step) = self.pending.take() {
+            return Poll::Ready(step);
+        }
         loop {
-            // The events first: a request whose events are already there (a fast plugin) then
-            // never makes its deadline's timer (an allocation and a place in tokio's timer
-            // wheel), for the timer is made only when the stream has to wait. The clock
-            // check, once per batch of events taken from the channel, keeps a plugin that never
-            // lets the channel run dry from outliving it.
-            let event = match self.events.poll_recv(cx) {
-                Poll::Ready(event) => {
-                    if self.events.began_batch() {
-                        self.batch_taken = Instant::now();
-                        if self.past_deadline() {
-                            return Poll::Ready(self.deadline_passed());
-                        }
-                    }
-                    event
-                }
-                Poll::Pending => {
-                    if let Some(d) = &mut self.deadline {
-                        let at = d.at;
-                        let sleep = d
-                            .sleep
-                            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.into())));
-                        if sleep.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(self.deadline_passed());
-                        }
-                    }
-                    return Poll::Pending;
-                }
+            let event = match self.poll_event(cx) {
+                Poll::Ready(Ok(event)) => event,
+                Poll::Ready(Err(deadline)) => return Poll::Ready(deadline),
+                Poll::Pending => return Poll::Pending,
             };
             if let Some(step) = self.step(event) {
                 return Poll::Ready(step);
+            }
+        }
+    }
+
+    /// The next event (`None`: the channel closed), or the deadline's failure.
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, Step>> {
+        // The events first: a request whose events are already there (a fast plugin) then
+        // never makes its deadline's timer (an allocation and a place in tokio's timer
+        // wheel), for the timer is made only when the stream has to wait. The clock
+        // check, once per batch of events taken from the channel, keeps a plugin that never
+        // lets the channel run dry from outliving it.
+        match self.events.poll_recv(cx) {
+            Poll::Ready(event) => {
+                if self.events.began_batch() {
+                    self.batch_taken = Instant::now();
+                    if self.past_deadline() {
+                        return Poll::Ready(Err(self.deadline_passed()));
+                    }
+                }
+                Poll::Ready(Ok(event))
+            }
+            Poll::Pending => {
+                if let Some(d) = &mut self.deadline {
+                    let at = d.at;
+                    let sleep = d
+                        .sleep
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.into())));
+                    if sleep.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(self.deadline_passed()));
+                    }
+                }
+                Poll::Pending
             }
         }
     }

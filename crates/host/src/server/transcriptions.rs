@@ -230,7 +230,12 @@ async fn transcribe(
     let instance = events.instance().clone();
     let retry_after = runtime.retry_after_secs();
     let response = if form.stream {
-        stream_transcript(events, retry_after).into_response()
+        // As chat's: the status waits for the request to start (a clip that does not decode
+        // is a 400, streamed or not).
+        match events.started().await {
+            Ok(events) => stream_transcript(events, retry_after).into_response(),
+            Err(failure) => failure.to_api_error(retry_after).into_response(),
+        }
     } else {
         match events.answer().await {
             Ok(answer) if response_format == "text" => answer.text.into_response(),

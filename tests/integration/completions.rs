@@ -131,6 +131,28 @@ async fn completions_refusals_name_the_field_or_limit() {
         (json!({"best_of": 3}), "best_of", "best_of"),
         (json!({"suffix": "x"}), "suffix", "suffix"),
         (json!({"temperature": 3}), "temperature", "between"),
+        (json!({"max_tokens": 0}), "max_tokens", "at least 1"),
+        (
+            json!({"stream_options": {"include_usage": true}}),
+            "stream_options",
+            "stream: true",
+        ),
+        // OpenAI fields that would change the answer, which no model here honours.
+        (
+            json!({"logit_bias": {"50256": -100}}),
+            "logit_bias",
+            "not supported",
+        ),
+        (
+            json!({"presence_penalty": 0.5}),
+            "presence_penalty",
+            "only 0",
+        ),
+        (
+            json!({"frequency_penalty": -3}),
+            "frequency_penalty",
+            "only 0",
+        ),
     ] {
         let (status, body) = server
             .post_json("/v1/completions", &with(extra.clone()))
@@ -163,8 +185,11 @@ async fn completions_refusals_name_the_field_or_limit() {
         .post_json("/v1/completions", &json!({"model": "nope", "prompt": "x"}))
         .await;
     assert_eq!(status, 404);
-    // And the server keeps serving.
-    let (status, body) = server.post_json("/v1/completions", &base).await;
+    // And the server keeps serving. OpenAI's flags are `boolean | null`, and the neutral
+    // values of the refused fields are what clients send by default.
+    let neutral = json!({"stream": null, "echo": null, "logit_bias": {}, "presence_penalty": 0,
+                         "frequency_penalty": 0.0, "stream_options": null});
+    let (status, body) = server.post_json("/v1/completions", &with(neutral)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["choices"][0]["text"], "hello");
     let reply = server

@@ -403,3 +403,49 @@ async fn health_ready_models_and_metrics() {
         "{body}"
     );
 }
+
+/// OpenAI fields that would change what a chat answer must be (structured output, tool calls)
+/// are refused by name rather than answered as plain text; their neutral values, and null for
+/// the flags, are accepted, as clients send them by default.
+#[tokio::test]
+async fn chat_refuses_what_it_cannot_honour_by_name() {
+    let server = Server::start(&config()).await;
+    let with = |extra: serde_json::Value| {
+        let mut body = json!({"model": "echo-a", "messages": user("hello")});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    for (extra, param) in [
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
+            "response_format",
+        ),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            "tools",
+        ),
+        (json!({"tool_choice": "required"}), "tool_choice"),
+        (json!({"functions": [{"name": "f"}]}), "functions"),
+        (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
+    ] {
+        let reply = server.chat(with(extra.clone())).await;
+        assert_eq!(reply.status, 400, "{extra}: {:?}", reply.body);
+        assert_eq!(
+            reply.body["error"]["param"], param,
+            "{extra}: {:?}",
+            reply.body
+        );
+    }
+    let neutral = json!({"response_format": {"type": "text"}, "tools": [], "tool_choice": "auto",
+                         "stream": null, "return_tokens_as_token_ids": null, "logit_bias": null,
+                         "presence_penalty": null});
+    let reply = server.chat(with(neutral)).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.content(), "hello");
+}

@@ -37,7 +37,7 @@ pub struct CompletionRequest {
     /// The legacy integer form: each token's log probability and this many alternatives.
     pub logprobs: Option<u32>,
     /// Only `false`: the answer never repeats the prompt.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_false")]
     pub echo: bool,
     /// Only 1 (or absent): one completion per prompt.
     pub best_of: Option<u32>,
@@ -59,7 +59,7 @@ pub enum PromptField {
 /// each checked once in [`Generation::to_request`].
 #[derive(Debug, Deserialize)]
 pub struct Generation {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_false")]
     pub stream: bool,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
@@ -73,17 +73,41 @@ pub struct Generation {
     pub n: Option<u32>,
     /// vLLM's extension: the `token` fields of `logprobs` read `token_id:<id>` (ids are exact;
     /// the bytes of one token need not be text).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_false")]
     pub return_tokens_as_token_ids: bool,
     /// Not in OpenAI's API: options for the model that serves the request, passed to its plugin
     /// verbatim (a JSON object; each model documents its keys and refuses unknown ones).
     pub model_options: Option<serde_json::Value>,
+    /// OpenAI fields that change what an answer must be, which no model here honours: read
+    /// only to refuse them by name ([`Generation::refuse_unsupported`]) rather than answer
+    /// as if they were not there.
+    #[serde(flatten)]
+    pub unsupported: UnsupportedFields,
+}
+
+/// See [`Generation::unsupported`]. Their neutral values (null, `{"type": "text"}`, no tools,
+/// no bias, zero penalties) are accepted: clients send them by default.
+#[derive(Debug, Default, Deserialize)]
+pub struct UnsupportedFields {
+    response_format: Option<serde_json::Value>,
+    tools: Option<serde_json::Value>,
+    tool_choice: Option<serde_json::Value>,
+    functions: Option<serde_json::Value>,
+    function_call: Option<serde_json::Value>,
+    logit_bias: Option<serde_json::Value>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct StreamOptions {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_false")]
     pub include_usage: bool,
+}
+
+/// OpenAI types its flags `boolean | null`, null meaning the default, false.
+fn null_is_false<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(Option::<bool>::deserialize(d)?.unwrap_or(false))
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,6 +180,22 @@ impl Generation {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
         }
+        self.refuse_unsupported()?;
+        if self.stream_options.is_some() && !self.stream {
+            return Err(ApiError::invalid_param(
+                "stream_options",
+                "only allowed with stream: true",
+            ));
+        }
+        if let Some(param) = [
+            ("max_tokens", self.max_tokens),
+            ("max_completion_tokens", max_tokens),
+        ]
+        .into_iter()
+        .find_map(|(param, value)| (value == Some(0)).then_some(param))
+        {
+            return Err(ApiError::invalid_param(param, "must be at least 1"));
+        }
         let temperature = self.temperature.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
             return Err(ApiError::invalid_param(
@@ -208,6 +248,72 @@ impl Generation {
             logprobs: logprobs.map_or(ROption::RNone, ROption::RSome),
             model_options,
         })
+    }
+}
+
+impl Generation {
+    /// Refuses the OpenAI fields that would change the answer's form or its sampling in ways no
+    /// model here implements (structured output, tool calls, logit bias, penalties), naming
+    /// each: an answer that ignored them would be wrong, not merely plain.
+    fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        use serde_json::Value;
+        let f = &self.unsupported;
+        let absent = |v: &Option<Value>| match v {
+            None | Some(Value::Null) => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            Some(_) => false,
+        };
+        let plain_text = match &f.response_format {
+            None | Some(Value::Null) => true,
+            Some(format) => format.get("type") == Some(&Value::from("text")),
+        };
+        if !plain_text {
+            return Err(ApiError::invalid_param(
+                "response_format",
+                "only {\"type\": \"text\"} is supported: no model here constrains its output \
+                 to JSON or to a schema",
+            ));
+        }
+        for (param, value) in [("tools", &f.tools), ("functions", &f.functions)] {
+            if !absent(value) {
+                return Err(ApiError::invalid_param(
+                    param,
+                    "tool and function calling are not supported",
+                ));
+            }
+        }
+        for (param, value) in [
+            ("tool_choice", &f.tool_choice),
+            ("function_call", &f.function_call),
+        ] {
+            let neutral = absent(value)
+                || matches!(value, Some(Value::String(s)) if s == "none" || s == "auto");
+            if !neutral {
+                return Err(ApiError::invalid_param(
+                    param,
+                    "tool and function calling are not supported (only \"none\" or \"auto\")",
+                ));
+            }
+        }
+        if !absent(&f.logit_bias) {
+            return Err(ApiError::invalid_param(
+                "logit_bias",
+                "logit_bias is not supported",
+            ));
+        }
+        for (param, value) in [
+            ("presence_penalty", f.presence_penalty),
+            ("frequency_penalty", f.frequency_penalty),
+        ] {
+            if value.is_some_and(|v| v != 0.0) {
+                return Err(ApiError::invalid_param(
+                    param,
+                    "only 0 is supported: no model here penalises repeated tokens",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -180,11 +180,29 @@ async fn completions_refusals_name_the_field_or_limit() {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(needle), "{extra}: {message}");
     }
-    // Unknown model: 404, as on chat.
-    let (status, _) = server
+    // Unknown model: 404, as on chat; its message repeats no more of the name than a glance
+    // needs (a megabyte of name got a megabyte of error).
+    let (status, body) = server
         .post_json("/v1/completions", &json!({"model": "nope", "prompt": "x"}))
         .await;
     assert_eq!(status, 404);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"nope\""),
+        "{body}"
+    );
+    let long = "m".repeat(1 << 20);
+    let (status, body) = server
+        .post_json("/v1/completions", &json!({"model": long, "prompt": "x"}))
+        .await;
+    assert_eq!(status, 404);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.len() < 200 && message.contains("1048576 bytes"),
+        "{message}"
+    );
     // And the server keeps serving. OpenAI's flags are `boolean | null`, and the neutral
     // values of the refused fields are what clients send by default.
     let neutral = json!({"stream": null, "echo": null, "logit_bias": {}, "presence_penalty": 0,

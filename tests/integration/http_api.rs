@@ -191,6 +191,14 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
         .transcribe("mirror-a", "a.mp3", vec![0u8; 5], &[("stream", "true")])
         .await;
     assert!(text.contains("transcript.text.delta"), "{text}");
+    // A flag that is neither true nor false is refused, not read as false.
+    for flag in ["True", "1", ""] {
+        let (status, body) = server
+            .transcribe("mirror-a", "a.mp3", vec![0u8; 5], &[("stream", flag)])
+            .await;
+        assert_eq!(status, 400, "{flag:?}: {body}");
+        assert!(body.contains(r#""param":"stream""#), "{flag:?}: {body}");
+    }
     assert!(
         text.contains(r#""text":"transcript: [audio:mp3:5B]""#),
         "{text}"

@@ -31,9 +31,12 @@ struct Route {
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
-    #[error("The model `{0}` does not exist")]
+    #[error("The model {} does not exist", crate::server::error::shown(.0))]
     UnknownModel(String),
-    #[error("no route for model `{model}` takes {modality} requests with these headers")]
+    #[error(
+        "no route for model {} takes {modality} requests with these headers",
+        crate::server::error::shown(model)
+    )]
     NoMatch { model: String, modality: Modality },
 }
 

@@ -96,6 +96,7 @@ pub fn dispatch(
         }
     }
     Err(ApiError::unavailable(format!(
-        "model `{model}` has no available instance"
+        "model {} has no available instance",
+        super::error::shown(model)
     )))
 }

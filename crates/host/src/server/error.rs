@@ -18,6 +18,18 @@ pub struct ApiError {
     pub retry_after: Option<u32>,
 }
 
+/// The most characters of a client's own text an error message repeats.
+const SHOWN_CHARS: usize = 64;
+
+/// A client's text as an error message shows it, quoted: at most [`SHOWN_CHARS`] characters
+/// and then how long it was, so that a 5 MB `model` field is not answered with a 5 MB error.
+pub fn shown(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &text[..end], text.len()),
+    }
+}
+
 impl ApiError {
     pub fn new(
         status: StatusCode,

@@ -104,7 +104,19 @@ async fn read_form(multipart: Result<Multipart, MultipartRejection>) -> Result<F
                 }
                 form.temperature = Some(temperature);
             }
-            "stream" => form.stream = field.text().await.map_err(field_error)?.trim() == "true",
+            "stream" => {
+                // As a form's booleans are written (curl -F stream=true, the SDKs' "true").
+                form.stream = match field.text().await.map_err(field_error)?.trim() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            "stream",
+                            format!("must be true or false, not {}", super::error::shown(other)),
+                        ))
+                    }
+                }
+            }
             // language, timestamp_granularities[], include[] ...: accepted and ignored.
             _ => {
                 let _ = field.bytes().await.map_err(field_error)?;

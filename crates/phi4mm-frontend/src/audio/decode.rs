@@ -43,7 +43,7 @@ pub fn decode_with(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio,
         return Err(AudioError::Empty);
     }
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
-        decode_wav(&with_data_length_stated(bytes), options)
+        decode_wav(&as_hound_reads(bytes), options)
     } else {
         // symphonia parses untrusted containers in pure Rust but does not promise to be
         // panic-free on every malformed stream; a panic there must not take the worker down.
@@ -106,43 +106,70 @@ fn open_wav<'a>(
     Ok((reader, frames))
 }
 
-/// The clip with its `data` chunk's length stated. A writer that cannot seek back (a pipe)
-/// leaves 0xFFFFFFFF there (and in the RIFF length), meaning "to the end of the file"; the clip
-/// is whole in memory, so that length is the bytes after the chunk's header, down to whole
-/// sample frames, as `soundfile` reads such a file. Every other clip is returned as it is.
-fn with_data_length_stated(bytes: &[u8]) -> Cow<'_, [u8]> {
-    let mut block_align = None;
+/// The clip as `hound` reads it. Two WAVs that other readers take are rewritten, into the
+/// `fmt ` and `data` chunks alone:
+/// - a writer that cannot seek back (a pipe) leaves 0xFFFFFFFF as the `data` length ("to the end
+///   of the file"); the clip is whole in memory, so the length is the bytes after the chunk's
+///   header, down to whole sample frames, as `soundfile` reads such a file;
+/// - a chunk of odd length before `data` is followed by a pad byte, which `hound` does not skip.
+///
+/// Every other clip is returned as it is.
+fn as_hound_reads(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let (mut fmt, mut odd): (Option<std::ops::Range<usize>>, bool) = (None, false);
     let mut at = 12;
     while let Some(header) = bytes.get(at..at + 8) {
         let size = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-        if &header[..4] == b"fmt " {
-            // WAVEFORMAT: tag, channels, rate, bytes per second, then the block alignment.
-            block_align = bytes
-                .get(at + 20..at + 22)
-                .map(|b| u16::from_le_bytes([b[0], b[1]]));
-        }
+        let body = at + 8;
         if &header[..4] == b"data" {
-            if size != u32::MAX {
-                return Cow::Borrowed(bytes);
-            }
-            let data = bytes.len() - (at + 8);
-            let Some(align) = block_align.filter(|&a| a > 0) else {
+            let Some(fmt) = fmt.filter(|_| odd || size == u32::MAX) else {
                 return Cow::Borrowed(bytes);
             };
-            let stated = data - data % usize::from(align);
-            let (Ok(stated), Ok(riff)) = (u32::try_from(stated), u32::try_from(bytes.len() - 8))
-            else {
-                return Cow::Borrowed(bytes);
+            let data = if size == u32::MAX {
+                // WAVEFORMAT: tag, channels, rate, bytes per second, then the block alignment.
+                let align = bytes.get(fmt.start + 12..fmt.start + 14);
+                let Some(align) = align.map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
+                else {
+                    return Cow::Borrowed(bytes);
+                };
+                let left = bytes.len() - body;
+                &bytes[body..body + left - left % align.max(1)]
+            } else {
+                // A length past the bytes is for the reader to refuse, as it is unrewritten.
+                let Some(data) = bytes.get(body..body + size as usize) else {
+                    return Cow::Borrowed(bytes);
+                };
+                data
             };
-            let mut patched = bytes.to_vec();
-            patched[4..8].copy_from_slice(&riff.to_le_bytes());
-            patched[at + 4..at + 8].copy_from_slice(&stated.to_le_bytes());
-            return Cow::Owned(patched);
+            return rewritten(&bytes[fmt], data).map_or(Cow::Borrowed(bytes), Cow::Owned);
         }
+        if &header[..4] == b"fmt " {
+            fmt = Some(body..body + size as usize).filter(|f| f.end <= bytes.len());
+        }
+        odd |= size & 1 == 1;
         // Chunks are padded to an even length.
-        at += 8 + size as usize + (size as usize & 1);
+        at = body + size as usize + (size as usize & 1);
     }
     Cow::Borrowed(bytes)
+}
+
+/// A WAV of one `fmt ` chunk of body `fmt` and one `data` chunk of body `data`; `None` when its
+/// lengths do not fit the format's 32 bits.
+fn rewritten(fmt: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+    let fmt_len = u32::try_from(fmt.len()).ok()?;
+    let data_len = u32::try_from(data.len()).ok()?;
+    let pad = fmt.len() & 1;
+    let riff = u32::try_from(4 + 8 + fmt.len() + pad + 8 + data.len()).ok()?;
+    let mut out = Vec::with_capacity(riff as usize + 8);
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&riff.to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&fmt_len.to_le_bytes());
+    out.extend_from_slice(fmt);
+    out.resize(out.len() + pad, 0);
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&data_len.to_le_bytes());
+    out.extend_from_slice(data);
+    Some(out)
 }
 
 fn decode_wav(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio, AudioError> {
@@ -305,7 +332,7 @@ pub fn probe(bytes: &[u8], options: &AudioOptions) -> Result<ClipHeader, AudioEr
         return Err(AudioError::Empty);
     }
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
-        let bytes = with_data_length_stated(bytes);
+        let bytes = as_hound_reads(bytes);
         let (reader, frames) = open_wav(&bytes, options)?;
         return Ok(ClipHeader {
             sample_rate: reader.spec().sample_rate,

@@ -183,3 +183,31 @@ fn a_streamed_wav_reads_to_the_end_of_its_bytes() {
         );
     }
 }
+
+/// A chunk of odd length before the samples is followed by a pad byte (RIFF pads every chunk
+/// to an even length): the clip reads as it does without that chunk.
+#[test]
+fn a_wav_with_an_odd_length_chunk_reads_past_its_pad_byte() {
+    let manifest = switchyard_fixtures::manifest();
+    let entry = &manifest["audio_features"]["cases"]["audio_16k"];
+    let wav = switchyard_fixtures::read(entry["wav"].as_str().unwrap());
+    let mut at = 12;
+    while &wav[at..at + 4] != b"data" {
+        let size = u32::from_le_bytes(wav[at + 4..at + 8].try_into().unwrap()) as usize;
+        at += 8 + size + (size & 1);
+    }
+    let mut padded = wav[..at].to_vec();
+    padded.extend_from_slice(b"junk");
+    padded.extend_from_slice(&3u32.to_le_bytes());
+    padded.extend_from_slice(b"abc\0");
+    padded.extend_from_slice(&wav[at..]);
+    let riff = (padded.len() - 8) as u32;
+    padded[4..8].copy_from_slice(&riff.to_le_bytes());
+    let options = AudioOptions::default();
+    let got = audio::features_from_bytes(&padded, &options).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(got, audio::features_from_bytes(&wav, &options).unwrap());
+    assert_eq!(
+        audio::probe(&padded, &options).unwrap(),
+        audio::probe(&wav, &options).unwrap()
+    );
+}

@@ -375,6 +375,15 @@ async fn health_ready_models_and_metrics() {
         .map(|m| m["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["chat", "echo-a", "mirror-a"]);
+    // One model, as the SDKs' `models.retrieve` asks; `created` is when the configuration was
+    // loaded, the same on every call.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let one: serde_json::Value = get("/v1/models/chat").await.unwrap().json().await.unwrap();
+    assert_eq!(one, models["data"][0], "{one}");
+    let missing = get("/v1/models/nope").await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let missing: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(missing["error"]["code"], "model_not_found", "{missing}");
 
     server
         .chat(json!({"model": "chat", "messages": user("m e t r i c s")}))

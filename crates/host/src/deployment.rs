@@ -9,6 +9,8 @@ pub struct Deployment {
     /// Counts the deployments of this process, 0 being the empty one it starts with; shown as
     /// `generation` in `/ready`, `/admin/status` and reload reports.
     pub generation: u64,
+    /// When it began serving (Unix seconds): its models' `created` in `/v1/models`.
+    pub created: u64,
     pub config: ValidConfig,
     pub table: RouteTable,
     /// The libraries its instances use, one each.
@@ -21,6 +23,7 @@ impl Deployment {
         let config = ValidConfig::empty();
         Self {
             generation: 0,
+            created: 0,
             table: RouteTable::build(&config, HashMap::new()),
             config,
             plugins: Vec::new(),

@@ -194,6 +194,9 @@ impl Runtime {
         let drain_deadline = Duration::from_secs_f64(config.server().drain_timeout_secs);
         let previous = self.swap(Deployment {
             generation,
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
             config,
             table,
             plugins: used.clone(),

@@ -2,10 +2,10 @@
 //! is not shutting down), `/metrics`,
 //! and `/v1/models`.
 
-use super::chat::unix_now;
+use super::error::ApiError;
 use crate::{instance::InstanceState, runtime::Runtime};
 use axum::{
-    extract::State,
+    extract::{Path, State},
     http::{header, StatusCode},
     response::{IntoResponse, Response},
     Json,
@@ -65,14 +65,31 @@ pub async fn metrics(State(runtime): State<Arc<Runtime>>) -> Response {
 
 pub async fn models(State(runtime): State<Arc<Runtime>>) -> Json<serde_json::Value> {
     let deployment = runtime.current();
-    let created = unix_now();
     let data: Vec<_> = deployment
         .config
         .public_model_names()
-        .into_iter()
-        .map(
-            |id| json!({"id": id, "object": "model", "created": created, "owned_by": "switchyard"}),
-        )
+        .iter()
+        .map(|id| model_object(id, deployment.created))
         .collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{model}`: one entry of the list (the SDKs' `models.retrieve`).
+pub async fn model(
+    State(runtime): State<Arc<Runtime>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let deployment = runtime.current();
+    if !deployment.config.public_model_names().contains(&id) {
+        return Err(ApiError::not_found_model(format!(
+            "The model {} does not exist",
+            super::error::shown(&id)
+        )));
+    }
+    Ok(Json(model_object(&id, deployment.created)))
+}
+
+/// A model as OpenAI lists it; `created` is when the configuration that serves it was loaded.
+fn model_object(id: &str, created: u64) -> serde_json::Value {
+    json!({"id": id, "object": "model", "created": created, "owned_by": "switchyard"})
 }

@@ -36,6 +36,7 @@ fn api_routes() -> Router<Arc<Runtime>> {
             post(transcriptions::transcriptions),
         )
         .route("/v1/models", get(health::models))
+        .route("/v1/models/{model}", get(health::model))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(health::metrics))

@@ -57,6 +57,7 @@ struct TextPart {
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static ID_PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
 /// The answer is serialised from [`TypedAnswer`] rather than built with `json!`.
 static TYPED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
@@ -180,7 +181,14 @@ async fn chat(body: Bytes) -> Response {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let id = format!("chatcmpl-{id}");
+    // As switchyard's: a prefix random per process, then the counter.
+    let prefix = *ID_PREFIX.get_or_init(|| {
+        std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            std::process::id(),
+        )
+    });
+    let id = format!("chatcmpl-{prefix:016x}{id:x}");
     if TYPED.get() == Some(&true) {
         return Json(TypedAnswer {
             id: &id,

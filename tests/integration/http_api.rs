@@ -465,4 +465,17 @@ async fn chat_refuses_what_it_cannot_honour_by_name() {
     let reply = server.chat(with(neutral)).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     assert_eq!(reply.content(), "hello");
+
+    // Answer ids differ across processes (a restart, another replica), not only within one.
+    let other = Server::start(&config()).await;
+    let first = |reply: &switchyard_integration_tests::ChatReply| {
+        reply.body["id"].as_str().unwrap().to_string()
+    };
+    let a = first(&server.chat(with(json!({}))).await);
+    let b = first(&other.chat(with(json!({}))).await);
+    assert!(
+        a.starts_with("chatcmpl-") && b.starts_with("chatcmpl-"),
+        "{a} {b}"
+    );
+    assert_ne!(a[..25], b[..25], "{a} {b}");
 }

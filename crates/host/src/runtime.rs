@@ -29,6 +29,9 @@ pub struct Runtime {
     reload_lock: tokio::sync::Mutex<()>,
     next_generation: AtomicU64,
     next_request: AtomicU64,
+    /// Random per process: the response ids' prefix, so that ids differ across restarts and
+    /// replicas, while the request ids the plugins see stay small counters.
+    response_id_prefix: u64,
     /// Instances retired by reloads, newest last (bounded), so operators can see them stop.
     retired: Mutex<VecDeque<Arc<Instance>>>,
     pub metrics: Metrics,
@@ -75,6 +78,11 @@ impl Runtime {
             reload_lock: tokio::sync::Mutex::new(()),
             next_generation: AtomicU64::new(1),
             next_request: AtomicU64::new(1),
+            // std's hasher keys are drawn from the OS's randomness once per process.
+            response_id_prefix: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                std::process::id(),
+            ),
             retired: Mutex::new(VecDeque::new()),
             metrics: Metrics::new(),
             cache_dir,
@@ -136,6 +144,12 @@ impl Runtime {
 
     pub fn next_request_id(&self) -> u64 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The `id` of the answer to request `id`: `kind` (`chatcmpl`, `cmpl`), then a prefix drawn
+    /// at random for this process and the request's number, unique across restarts.
+    pub fn response_id(&self, kind: &str, id: u64) -> String {
+        format!("{kind}-{:016x}{id:x}", self.response_id_prefix)
     }
 
     /// Runs `work` over a request body of `body_bytes` where it costs least: at once on this

@@ -52,7 +52,7 @@ async fn chat(
     } = admit::<ChatRequest>(&runtime, headers, body, started).await?;
     let instance = events.instance().clone();
     let meta = ChunkMeta {
-        id: format!("chatcmpl-{id}"),
+        id: runtime.response_id("chatcmpl", id),
         created: unix_now(),
         model: request.model.clone(),
     };

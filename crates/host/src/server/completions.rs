@@ -53,7 +53,7 @@ async fn complete(
     } = admit::<CompletionRequest>(&runtime, headers, body, started).await?;
     let instance = events.instance().clone();
     let meta = ChunkMeta {
-        id: format!("cmpl-{id}"),
+        id: runtime.response_id("cmpl", id),
         created: unix_now(),
         model: request.model.clone(),
     };

@@ -470,4 +470,35 @@ async fn phi4mm_text_offsets_locate_each_token_while_text_is_held_back() {
             "stream: {stream}"
         );
     }
+    // Without log probabilities, a token whose text is held back sends no chunk: every chunk
+    // but the finishing one has text, and together they are the answer.
+    let body = json!({"model": "phi4mm-tiny", "prompt": [1, 2, 3], "max_tokens": 6,
+                      "temperature": 0, "stream": true, "stop": stop});
+    let raw = server
+        .http
+        .post(format!("{}/v1/completions", server.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<Value> = raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let (mut joined, mut empty) = (String::new(), 0);
+    for chunk in &chunks {
+        let choice = &chunk["choices"][0];
+        let piece = choice["text"].as_str().unwrap();
+        if piece.is_empty() && choice["finish_reason"].is_null() {
+            empty += 1;
+        }
+        joined += piece;
+    }
+    assert_eq!(empty, 0, "{raw}");
+    assert_eq!(joined, text, "{raw}");
 }

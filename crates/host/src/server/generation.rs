@@ -200,6 +200,13 @@ pub fn stream_answer<F: ChunkFormat>(
     let opening = format.opening().map(|choice| chunk(&meta, &choice));
     let rest = events.into_steps().flat_map(move |step| {
         let data = match step {
+            // A token whose text the model holds back (part of a character, the start of a
+            // possible stop string) adds nothing a client reads, unless it carries the token's
+            // log probabilities.
+            Step::Token {
+                text,
+                logprobs: None,
+            } if text.is_empty() => Vec::new(),
             Step::Token { text, logprobs } => {
                 vec![chunk(&meta, &format.token(&text, logprobs.as_ref()))]
             }

@@ -275,15 +275,19 @@ fn stream_transcript(
     retry_after: u32,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let mut text = String::new();
-    let data = events.into_steps().map(move |step| match step {
-        Step::Token { text: piece, .. } => {
-            text.push_str(&piece);
-            json!({"type": "transcript.text.delta", "delta": piece.as_str()})
-        }
-        Step::Finished { usage, .. } => {
-            json!({"type": "transcript.text.done", "text": text, "usage": transcription_usage(usage)})
-        }
-        Step::Failed(failure) => failure.to_api_error(retry_after).body(),
+    let data = events.into_steps().filter_map(move |step| {
+        std::future::ready(match step {
+            // A token whose text the model holds back (part of a character) adds no delta.
+            Step::Token { text: piece, .. } if piece.is_empty() => None,
+            Step::Token { text: piece, .. } => {
+                text.push_str(&piece);
+                Some(json!({"type": "transcript.text.delta", "delta": piece.as_str()}))
+            }
+            Step::Finished { usage, .. } => Some(
+                json!({"type": "transcript.text.done", "text": text, "usage": transcription_usage(usage)}),
+            ),
+            Step::Failed(failure) => Some(failure.to_api_error(retry_after).body()),
+        })
     });
     Sse::new(data.map(|v| Ok(SseEvent::default().data(v.to_string()))))
 }

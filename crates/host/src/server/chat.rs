@@ -118,13 +118,28 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
                 serde_path_to_error::deserialize::<_, T>(&mut json).err()
             })
             .flatten()
-            .filter(|tracked| tracked.path().iter().next().is_some())
-            .map(|tracked| tracked.path().to_string());
+            .and_then(|tracked| {
+                // A missing field is the path's child: `model`, `messages[0].role`.
+                let message = tracked.inner().to_string();
+                let missing = missing_field(&message);
+                let path = tracked.path().to_string();
+                match (missing, path.as_str()) {
+                    (Some(field), ".") => Some(field.to_string()),
+                    (Some(field), path) => Some(format!("{path}.{field}")),
+                    (None, ".") => None,
+                    (None, _) => Some(path),
+                }
+            });
         ApiError {
             param,
             ..ApiError::invalid(format!("invalid JSON body: {e}"))
         }
     })
+}
+
+/// The field serde's "missing field `x`" names.
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.split('`').next()
 }
 
 /// What the chat endpoint does with a body before routing it: the JSON parse and the
@@ -235,4 +250,31 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param_of(body: &str) -> Option<String> {
+        parse_json::<ChatRequest>(body.as_bytes())
+            .unwrap_err()
+            .param
+    }
+
+    #[test]
+    fn refused_bodies_name_the_field_at_fault() {
+        assert_eq!(param_of(r#"{"messages": []}"#).as_deref(), Some("model"));
+        assert_eq!(param_of(r#"{"model": "m"}"#).as_deref(), Some("messages"));
+        assert_eq!(
+            param_of(r#"{"model": "m", "messages": [{"content": "x"}]}"#).as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            param_of(r#"{"model": "m", "messages": [{"role": "user", "content": 3}]}"#).as_deref(),
+            Some("messages[0].content")
+        );
+        // Not JSON at all: no field is at fault.
+        assert_eq!(param_of("{"), None);
+    }
 }

@@ -121,8 +121,9 @@ pub struct EventStream {
     /// When the batch of events being read was taken from the channel: the arrival time of
     /// each of its tokens (they arrived together; one clock read serves them all).
     batch_taken: Instant,
-    /// A step read while waiting for the start ([`Self::started`]), handed out first.
-    pending: Option<Step>,
+    /// A step read while waiting for the start ([`Self::started`]), handed out first. Boxed:
+    /// the stream is moved with every request, and this is seldom set.
+    pending: Option<Box<Step>>,
 }
 
 /// The host's wall-clock limit of a request.
@@ -189,7 +190,7 @@ impl EventStream {
         match step {
             Some(Step::Failed(failure)) => Err(failure),
             other => {
-                self.pending = other;
+                self.pending = other.map(Box::new);
                 Ok(self)
             }
         }
@@ -261,7 +262,7 @@ impl EventStream {
     /// The next step; only for a stream that has not ended.
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
         if let Some(step) = self.pending.take() {
-            return Poll::Ready(step);
+            return Poll::Ready(*step);
         }
         loop {
             let event = match self.poll_event(cx) {

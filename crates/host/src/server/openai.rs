@@ -85,18 +85,63 @@ pub struct Generation {
     pub unsupported: UnsupportedFields,
 }
 
-/// See [`Generation::unsupported`]. Their neutral values (null, `{"type": "text"}`, no tools,
-/// no bias, zero penalties) are accepted: clients send them by default.
+/// See [`Generation::unsupported`]: whether each field asks for something (`true`), or holds
+/// its neutral value (null, `{"type": "text"}`, no tools, `"none"` or `"auto"`, no bias, a zero
+/// penalty), which clients send by default. Flags, not the values: this struct is moved with
+/// every request, and a value each made it twice the size.
 #[derive(Debug, Default, Deserialize)]
 pub struct UnsupportedFields {
-    response_format: Option<serde_json::Value>,
-    tools: Option<serde_json::Value>,
-    tool_choice: Option<serde_json::Value>,
-    functions: Option<serde_json::Value>,
-    function_call: Option<serde_json::Value>,
-    logit_bias: Option<serde_json::Value>,
-    presence_penalty: Option<f64>,
-    frequency_penalty: Option<f64>,
+    #[serde(default, deserialize_with = "asks_for_a_format")]
+    response_format: bool,
+    #[serde(default, deserialize_with = "asks_for_something")]
+    tools: bool,
+    #[serde(default, deserialize_with = "asks_for_a_tool")]
+    tool_choice: bool,
+    #[serde(default, deserialize_with = "asks_for_something")]
+    functions: bool,
+    #[serde(default, deserialize_with = "asks_for_a_tool")]
+    function_call: bool,
+    #[serde(default, deserialize_with = "asks_for_something")]
+    logit_bias: bool,
+    #[serde(default, deserialize_with = "asks_for_a_penalty")]
+    presence_penalty: bool,
+    #[serde(default, deserialize_with = "asks_for_a_penalty")]
+    frequency_penalty: bool,
+}
+
+/// Anything but null, `[]` or `{}`.
+fn asks_for_something<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    use serde_json::Value;
+    Ok(match Value::deserialize(d)? {
+        Value::Null => false,
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    })
+}
+
+/// Anything but null, `"none"` or `"auto"` (with no tools, "auto" chooses none).
+fn asks_for_a_tool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    use serde_json::Value;
+    Ok(match Value::deserialize(d)? {
+        Value::Null => false,
+        Value::String(s) => s != "none" && s != "auto",
+        _ => true,
+    })
+}
+
+/// Any format but null or `{"type": "text"}`.
+fn asks_for_a_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    use serde_json::Value;
+    Ok(match Value::deserialize(d)? {
+        Value::Null => false,
+        format => format.get("type") != Some(&Value::from("text")),
+    })
+}
+
+/// A penalty other than null or 0.
+fn asks_for_a_penalty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.is_some_and(|p| p != 0.0))
 }
 
 #[derive(Debug, Deserialize)]
@@ -256,64 +301,50 @@ impl Generation {
     /// model here implements (structured output, tool calls, logit bias, penalties), naming
     /// each: an answer that ignored them would be wrong, not merely plain.
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
-        use serde_json::Value;
         let f = &self.unsupported;
-        let absent = |v: &Option<Value>| match v {
-            None | Some(Value::Null) => true,
-            Some(Value::Array(a)) => a.is_empty(),
-            Some(Value::Object(o)) => o.is_empty(),
-            Some(_) => false,
-        };
-        let plain_text = match &f.response_format {
-            None | Some(Value::Null) => true,
-            Some(format) => format.get("type") == Some(&Value::from("text")),
-        };
-        if !plain_text {
-            return Err(ApiError::invalid_param(
+        let refusals = [
+            (
+                f.response_format,
                 "response_format",
                 "only {\"type\": \"text\"} is supported: no model here constrains its output \
                  to JSON or to a schema",
-            ));
+            ),
+            (
+                f.tools,
+                "tools",
+                "tool and function calling are not supported",
+            ),
+            (
+                f.functions,
+                "functions",
+                "tool and function calling are not supported",
+            ),
+            (
+                f.tool_choice,
+                "tool_choice",
+                "tool and function calling are not supported (only \"none\" or \"auto\")",
+            ),
+            (
+                f.function_call,
+                "function_call",
+                "tool and function calling are not supported (only \"none\" or \"auto\")",
+            ),
+            (f.logit_bias, "logit_bias", "logit_bias is not supported"),
+            (
+                f.presence_penalty,
+                "presence_penalty",
+                "only 0 is supported: no model here penalises repeated tokens",
+            ),
+            (
+                f.frequency_penalty,
+                "frequency_penalty",
+                "only 0 is supported: no model here penalises repeated tokens",
+            ),
+        ];
+        match refusals.into_iter().find(|(asked, ..)| *asked) {
+            Some((_, param, message)) => Err(ApiError::invalid_param(param, message)),
+            None => Ok(()),
         }
-        for (param, value) in [("tools", &f.tools), ("functions", &f.functions)] {
-            if !absent(value) {
-                return Err(ApiError::invalid_param(
-                    param,
-                    "tool and function calling are not supported",
-                ));
-            }
-        }
-        for (param, value) in [
-            ("tool_choice", &f.tool_choice),
-            ("function_call", &f.function_call),
-        ] {
-            let neutral = absent(value)
-                || matches!(value, Some(Value::String(s)) if s == "none" || s == "auto");
-            if !neutral {
-                return Err(ApiError::invalid_param(
-                    param,
-                    "tool and function calling are not supported (only \"none\" or \"auto\")",
-                ));
-            }
-        }
-        if !absent(&f.logit_bias) {
-            return Err(ApiError::invalid_param(
-                "logit_bias",
-                "logit_bias is not supported",
-            ));
-        }
-        for (param, value) in [
-            ("presence_penalty", f.presence_penalty),
-            ("frequency_penalty", f.frequency_penalty),
-        ] {
-            if value.is_some_and(|v| v != 0.0) {
-                return Err(ApiError::invalid_param(
-                    param,
-                    "only 0 is supported: no model here penalises repeated tokens",
-                ));
-            }
-        }
-        Ok(())
     }
 }
 

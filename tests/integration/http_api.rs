@@ -33,6 +33,9 @@ backends = [{{ model = "echo-a" }}]
 [[routes]]
 models = ["chat"]
 backends = [{{ model = "mirror-a" }}]
+[[routes]]
+models = ["org/chat"]
+backends = [{{ model = "echo-a" }}]
 "#,
         echo = plugin_lib("echo").display(),
         mirror = plugin_lib("mirror").display()
@@ -374,12 +377,20 @@ async fn health_ready_models_and_metrics() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["chat", "echo-a", "mirror-a"]);
+    assert_eq!(ids, ["chat", "org/chat", "echo-a", "mirror-a"]);
     // One model, as the SDKs' `models.retrieve` asks; `created` is when the configuration was
     // loaded, the same on every call.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let one: serde_json::Value = get("/v1/models/chat").await.unwrap().json().await.unwrap();
     assert_eq!(one, models["data"][0], "{one}");
+    // A name with a slash, as Hugging Face names go, unescaped as clients send it.
+    let slashed: serde_json::Value = get("/v1/models/org/chat")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(slashed, models["data"][1], "{slashed}");
     let missing = get("/v1/models/nope").await.unwrap();
     assert_eq!(missing.status(), 404);
     let missing: serde_json::Value = missing.json().await.unwrap();
@@ -450,6 +461,12 @@ async fn chat_refuses_what_it_cannot_honour_by_name() {
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"functions": [{"name": "f"}]}), "functions"),
         (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
+        // A cap names the field the client sent.
+        (
+            json!({"max_completion_tokens": 100000}),
+            "max_completion_tokens",
+        ),
+        (json!({"max_tokens": 100000}), "max_tokens"),
     ] {
         let reply = server.chat(with(extra.clone())).await;
         assert_eq!(reply.status, 400, "{extra}: {:?}", reply.body);

@@ -52,6 +52,9 @@ pub struct Submission {
     pub request: Request,
     /// `Some` for `/v1/completions`: the plugin's `submit_prompt` (API 2.1) takes it.
     pub prompt: Option<Prompt>,
+    /// The field the client set `request.sampling.max_tokens` with, for refusals to name:
+    /// `max_tokens`, or chat's `max_completion_tokens`.
+    pub max_tokens_field: &'static str,
 }
 
 impl Submission {
@@ -69,6 +72,7 @@ impl From<Request> for Submission {
         Self {
             request,
             prompt: None,
+            max_tokens_field: "max_tokens",
         }
     }
 }
@@ -100,13 +104,14 @@ impl RequestLimits {
         let request = &mut submission.request;
         match request.sampling.max_tokens {
             ROption::RSome(asked) if asked > self.max_tokens_limit => {
+                let field = submission.max_tokens_field;
                 return over(
-                    "max_tokens",
+                    field,
                     format!(
-                        "max_tokens {asked} exceeds this model's limit max_tokens_limit = {}",
+                        "{field} {asked} exceeds this model's limit max_tokens_limit = {}",
                         self.max_tokens_limit
                     ),
-                )
+                );
             }
             ROption::RSome(_) => {}
             // A transcription's length is its clip's, which no client states: it gets the cap
@@ -436,7 +441,9 @@ impl Instance {
             .request
             .apply(&mut submission)
             .map_err(Refusal::OverCap)?;
-        let Submission { request, prompt } = submission;
+        let Submission {
+            request, prompt, ..
+        } = submission;
         let request = match &prompt {
             None => request,
             Some(prompt) => request

@@ -44,8 +44,9 @@ pub struct IreeSettings {
     /// the local CPU (`target_cpu`) or CUDA (`cuda_target`).
     #[serde(default = "default_device")]
     pub device: String,
-    /// Artifact cache directory; default `$XDG_CACHE_HOME/switchyard/iree` (else
-    /// `~/.cache/switchyard/iree`).
+    /// Artifact cache directory. Default: for a served model, the host's cache for the plugin
+    /// (`<server.cache_dir>/plugins/phi4mm/iree`, set by `create_instance`); for the `phi4mm`
+    /// CLI, `$XDG_CACHE_HOME/switchyard/iree` (else `~/.cache/switchyard/iree`).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
     /// LLVM CPU the modules are compiled for; `host` is this machine's (part of the cache

@@ -111,9 +111,7 @@ pub fn check_settings(
         // here and fail the load. A row costs at least what the host backend's does (the IREE
         // backend's rows come in compiled sizes, so they may need more: its warm-up says so).
         let positions = warm_up_prompt(&prompt)?.len() + 1;
-        let c = &ck.config.text;
-        let row =
-            crate::model::kv_cache::row_bytes(c.num_layers, c.num_kv_heads * c.head_dim, positions);
+        let row = crate::model::kv_cache::row_bytes(&ck.config.text, positions);
         if row as u64 > pool {
             return Err(PluginError::invalid_settings(format!(
                 "kv_cache_bytes = {pool} holds no request: the smallest (the warm-up, {positions} \
@@ -450,10 +448,15 @@ impl Phi4mmModel {
 
     /// A transcription's budget follows its clip: as many tokens as its prompt of
     /// `prompt_tokens` (the clip's audio tokens, 12.5 a second, and the instruction: more than
-    /// speech says in that time), at least `default_max_tokens`, within `bound`, the request's
-    /// `max_tokens` (no client states a transcript's length; the host sends its cap).
+    /// speech says in that time) as far as the longest row the instance can hold leaves room
+    /// for them, at least `default_max_tokens` (what it was before it followed the clip), within
+    /// `bound`, the request's `max_tokens` (no client states a transcript's length; the host
+    /// sends its cap).
     fn transcription_budget(&self, bound: Option<usize>, prompt_tokens: usize) -> usize {
-        let from_clip = prompt_tokens.max(self.settings.default_max_tokens);
+        let room = self.scheduler.largest_row().saturating_sub(prompt_tokens);
+        let from_clip = prompt_tokens
+            .min(room)
+            .max(self.settings.default_max_tokens);
         bound.map_or(from_clip, |bound| bound.min(from_clip))
     }
 

@@ -108,13 +108,25 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
         &checks,
     )?;
     let (mut checked, mut unchecked) = (0, Vec::new());
+    // The checks run in turn: the first without a verdict is the one that hung, and the rest
+    // never began.
+    let mut hung = None;
     for (check, verdict) in checks.iter().zip(verdicts) {
         let (j, name) = (check.model_index, &check.model);
         match verdict {
-            None => problems.push(format!(
-                "models[{j}].settings ({name}): the plugin's settings checks did not finish \
-                 within reload_timeout_secs = {timeout_secs}"
-            )),
+            None => match hung {
+                None => {
+                    hung = Some(j);
+                    problems.push(format!(
+                        "models[{j}].settings ({name}): the plugin's settings check did not \
+                         finish within reload_timeout_secs = {timeout_secs}"
+                    ))
+                }
+                Some(first) => problems.push(format!(
+                    "models[{j}].settings ({name}): not checked: the check of models[{first}] \
+                     before it did not finish"
+                )),
+            },
             Some(Ok(SettingsVerdict::Accepted)) => checked += 1,
             Some(Ok(SettingsVerdict::Refused(why))) => {
                 problems.push(format!("models[{j}].settings ({name}): {why}"))

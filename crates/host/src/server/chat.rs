@@ -58,14 +58,20 @@ async fn chat(
     };
     let logprobs = request.logprobs_format();
     let retry_after = runtime.retry_after_secs();
-    if request.generation.stream {
+    let (stream, include_usage) = (
+        request.generation.stream,
+        request.generation.include_usage(),
+    );
+    // The parsed body (its media as base64, up to max_body_bytes) is not kept while the
+    // request waits for its turn and runs.
+    drop(request);
+    if stream {
         // The status waits for the request to start: one that fails before (media that does
         // not decode) gets the status a plain answer would, not a 200 and an error event.
         let events = match events.started().await {
             Ok(events) => events,
             Err(failure) => return Ok(Served::new(instance, failure.to_api_error(retry_after))),
         };
-        let include_usage = request.generation.include_usage();
         let body = stream_answer(
             events,
             meta,
@@ -91,7 +97,15 @@ impl JsonRequest for ChatRequest {
         &self.model
     }
     fn to_submission(&self, id: u64) -> Result<Submission, ApiError> {
-        self.to_plugin(id).map(Submission::from)
+        let submission = Submission::from(self.to_plugin(id)?);
+        Ok(match self.max_completion_tokens {
+            // It wins over `max_tokens` (`Generation::to_request`), and a refusal names it.
+            Some(_) => Submission {
+                max_tokens_field: "max_completion_tokens",
+                ..submission
+            },
+            None => submission,
+        })
     }
 }
 
@@ -132,7 +146,10 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
             });
         ApiError {
             param,
-            ..ApiError::invalid(format!("invalid JSON body: {e}"))
+            ..ApiError::invalid(format!(
+                "invalid JSON body: {}",
+                super::error::parser_message(&e)
+            ))
         }
     })
 }
@@ -276,5 +293,25 @@ mod tests {
         );
         // Not JSON at all: no field is at fault.
         assert_eq!(param_of("{"), None);
+    }
+
+    #[test]
+    fn refusals_repeat_little_of_the_clients_text() {
+        let long = "x".repeat(100_000);
+        let body = format!(r#"{{"model": "m", "messages": [], "temperature": "{long}"}}"#);
+        let refused = parse_json::<ChatRequest>(body.as_bytes()).unwrap_err();
+        assert!(refused.message.len() < 400, "{}", refused.message.len());
+        assert!(
+            refused.message.contains("invalid type: string"),
+            "{}",
+            refused.message
+        );
+        // Where in the body is kept.
+        let at = refused.message.rsplit(" at line 1 column ").next().unwrap();
+        assert!(
+            at.parse::<usize>().is_ok_and(|c| c > long.len()),
+            "{}",
+            refused.message
+        );
     }
 }

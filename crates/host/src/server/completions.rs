@@ -59,13 +59,19 @@ async fn complete(
     };
     let logprobs = request.logprobs_format();
     let retry_after = runtime.retry_after_secs();
-    if request.generation.stream {
+    let (stream, include_usage) = (
+        request.generation.stream,
+        request.generation.include_usage(),
+    );
+    // The parsed body (its media as base64, up to max_body_bytes) is not kept while the
+    // request waits for its turn and runs.
+    drop(request);
+    if stream {
         // As chat's: the status waits for the request to start.
         let events = match events.started().await {
             Ok(events) => events,
             Err(failure) => return Ok(Served::new(instance, failure.to_api_error(retry_after))),
         };
-        let include_usage = request.generation.include_usage();
         let chunks = CompletionChunks {
             logprobs,
             offset: 0,

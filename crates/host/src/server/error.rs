@@ -21,12 +21,28 @@ pub struct ApiError {
 /// The most characters of a client's own text an error message repeats.
 const SHOWN_CHARS: usize = 64;
 
-/// A client's text as an error message shows it, quoted: at most [`SHOWN_CHARS`] characters
+/// A client's text as an error message shows it, quoted: at most 64 characters (`SHOWN_CHARS`)
 /// and then how long it was, so that a 5 MB `model` field is not answered with a 5 MB error.
 pub fn shown(text: &str) -> String {
     match text.char_indices().nth(SHOWN_CHARS) {
         None => format!("{text:?}"),
         Some((end, _)) => format!("{:?}… ({} bytes)", &text[..end], text.len()),
+    }
+}
+
+/// The most characters of a parser's message an error repeats: it may quote the client's text
+/// (`invalid type: string "…"`) whole.
+const PARSER_MESSAGE_CHARS: usize = 256;
+
+/// A JSON parser's error as a message: at most 256 characters (`PARSER_MESSAGE_CHARS`) of what it
+/// says, then where in the body.
+pub fn parser_message(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    let at = format!(" at line {} column {}", e.line(), e.column());
+    let what = full.strip_suffix(&at).unwrap_or(&full);
+    match what.char_indices().nth(PARSER_MESSAGE_CHARS) {
+        None => full,
+        Some((end, _)) => format!("{}… ({} bytes){at}", &what[..end], what.len()),
     }
 }
 

@@ -216,7 +216,8 @@ impl EventStream {
     /// consumer asks past the end, so a streamed answer counts as in flight until its last byte.
     pub fn into_steps(self) -> impl Stream<Item = Step> {
         stream::unfold(self, |mut events| async move {
-            if events.ended {
+            // A terminal step read while waiting for the start is still to be handed out.
+            if events.ended && events.pending.is_none() {
                 return None;
             }
             let step = std::future::poll_fn(|cx| events.poll_step(cx)).await;

@@ -36,7 +36,9 @@ fn api_routes() -> Router<Arc<Runtime>> {
             post(transcriptions::transcriptions),
         )
         .route("/v1/models", get(health::models))
-        .route("/v1/models/{model}", get(health::model))
+        // A wildcard: model names may hold slashes (`microsoft/Phi-4-multimodal-instruct`),
+        // which clients do not escape.
+        .route("/v1/models/{*model}", get(health::model))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(health::metrics))

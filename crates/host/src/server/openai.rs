@@ -79,7 +79,7 @@ pub struct Generation {
     /// verbatim (a JSON object; each model documents its keys and refuses unknown ones).
     pub model_options: Option<serde_json::Value>,
     /// OpenAI fields that change what an answer must be, which no model here honours: read
-    /// only to refuse them by name ([`Generation::refuse_unsupported`]) rather than answer
+    /// only to refuse them by name (`Generation::refuse_unsupported`) rather than answer
     /// as if they were not there.
     #[serde(flatten)]
     pub unsupported: UnsupportedFields,
@@ -232,14 +232,13 @@ impl Generation {
                 "only allowed with stream: true",
             ));
         }
-        if let Some(param) = [
-            ("max_tokens", self.max_tokens),
-            ("max_completion_tokens", max_tokens),
-        ]
-        .into_iter()
-        .find_map(|(param, value)| (value == Some(0)).then_some(param))
-        {
-            return Err(ApiError::invalid_param(param, "must be at least 1"));
+        // The budget used is `max_completion_tokens` when a chat sets it, else `max_tokens`.
+        let (budget_field, budget) = match max_tokens {
+            Some(value) => ("max_completion_tokens", Some(value)),
+            None => ("max_tokens", self.max_tokens),
+        };
+        if budget == Some(0) {
+            return Err(ApiError::invalid_param(budget_field, "must be at least 1"));
         }
         let temperature = self.temperature.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
@@ -496,8 +495,8 @@ impl CompletionRequest {
         let logprobs = top_logprobs("logprobs", self.logprobs)?;
         let request = self.generation.to_request(id, Vec::new(), None, logprobs)?;
         Ok(Submission {
-            request,
             prompt: Some(prompt),
+            ..Submission::from(request)
         })
     }
 }

@@ -126,7 +126,7 @@ fn as_hound_reads(bytes: &[u8]) -> Cow<'_, [u8]> {
             };
             let data = if size == u32::MAX {
                 // WAVEFORMAT: tag, channels, rate, bytes per second, then the block alignment.
-                let align = bytes.get(fmt.start + 12..fmt.start + 14);
+                let align = bytes[fmt.clone()].get(12..14);
                 let Some(align) = align.map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
                 else {
                     return Cow::Borrowed(bytes);

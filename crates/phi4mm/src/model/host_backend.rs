@@ -38,7 +38,6 @@ impl StepBackend for HostBackend {
     }
 
     fn kv_bytes(&self, positions: usize) -> usize {
-        let c = &self.0.config.text;
-        super::kv_cache::row_bytes(c.num_layers, c.num_kv_heads * c.head_dim, positions)
+        super::kv_cache::row_bytes(&self.0.config.text, positions)
     }
 }

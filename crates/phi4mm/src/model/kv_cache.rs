@@ -23,12 +23,13 @@ fn grow_for(buf: &mut Vec<f32>, extra: usize) {
     }
 }
 
-/// The most bytes the keys and values of a row of `positions` positions can hold allocated:
-/// `layers` layers of `width` floats per position each, with the slack of a buffer's growth.
-pub fn row_bytes(layers: usize, width: usize, positions: usize) -> usize {
-    let floats = positions * width;
+/// The most bytes the keys and values of a row of `positions` positions can hold allocated on
+/// the host backend: every layer's `num_kv_heads · head_dim` floats per position, with the slack
+/// of a buffer's growth. (The KV pool's charge for such a row, and the settings check's.)
+pub fn row_bytes(text: &crate::checkpoint::config::TextConfig, positions: usize) -> usize {
+    let floats = positions * text.num_kv_heads * text.head_dim;
     let allocated = floats + floats / 8 + GROW_MIN;
-    2 * layers * allocated * std::mem::size_of::<f32>()
+    2 * text.num_layers * allocated * std::mem::size_of::<f32>()
 }
 
 impl LayerKv {

@@ -48,6 +48,23 @@ impl KvPool {
         self.total
     }
 
+    /// The most positions one row can hold: the longest row whose reservation fits the whole
+    /// pool, as its backend counts rows (the IREE backend's beyond its context never fit).
+    pub fn largest_row(&self) -> usize {
+        // Row sizes grow with positions: the last length that fits, by bisection.
+        // 2^32 positions is beyond any context, and its byte count within a usize.
+        let (mut fits, mut too_long) = (0usize, 1usize << 32);
+        while too_long - fits > 1 {
+            let mid = fits + (too_long - fits) / 2;
+            if (self.row_bytes)(mid) <= self.total {
+                fits = mid;
+            } else {
+                too_long = mid;
+            }
+        }
+        fits
+    }
+
     pub fn reserved(&self) -> usize {
         self.reserved.load(Ordering::Relaxed)
     }
@@ -154,6 +171,21 @@ mod tests {
         drop(a);
         assert_eq!(p.reserved(), 0);
         let _b = p.reserve(50).expect("fits once the first row is gone");
+    }
+
+    #[test]
+    fn the_largest_row_is_the_longest_that_the_pool_takes() {
+        let p = pool(KvBudget::Bytes(1005));
+        assert_eq!(p.largest_row(), 100);
+        drop(p.reserve(100).expect("the largest row fits"));
+        assert!(matches!(p.reserve(101), Err(Refusal::Invalid(_))));
+        // A backend whose rows stop fitting past its context.
+        let context = KvPool::new(
+            KvBudget::Bytes(1 << 20),
+            1,
+            Arc::new(|p| if p > 64 { usize::MAX } else { p }),
+        );
+        assert_eq!(context.largest_row(), 64);
     }
 
     #[test]

@@ -149,6 +149,12 @@ impl Scheduler {
     }
 
     /// Cancels a job wherever it is. Returns whether it was found.
+    /// The most positions (prompt and new tokens) one row can ever hold: what the KV pool
+    /// takes, and the backend's context.
+    pub fn largest_row(&self) -> usize {
+        self.shared.kv.largest_row()
+    }
+
     pub fn cancel(&self, id: u64) -> bool {
         let mut st = self.shared.lock();
         if let Some(pos) = st.ready.iter().position(|r| r.job.id == id) {

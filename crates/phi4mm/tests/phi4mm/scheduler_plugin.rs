@@ -546,3 +546,50 @@ fn the_settings_check_refuses_a_kv_pool_that_holds_no_request() {
     assert!(refused.message.contains("kv_cache_bytes"), "{refused}");
     short.shutdown();
 }
+
+/// A transcription's budget follows its clip only as far as the longest row the instance can
+/// hold leaves room: a clip whose prompt fits with `default_max_tokens` after it is
+/// transcribed, however small the KV pool, as it was before the budget followed the clip.
+#[test]
+fn a_transcriptions_budget_stays_within_the_longest_row() {
+    let clip = || {
+        let mut r = Request::new(
+            0,
+            Endpoint::Transcription,
+            vec![Message {
+                role: Role::User,
+                parts: vec![Part::Audio {
+                    data: input("audio_long_16k.wav").into(),
+                    format: "wav".into(),
+                }]
+                .into(),
+            }],
+        );
+        r.sampling.max_tokens = None.into();
+        r
+    };
+    let model = fixture().join("model");
+    // An instance with room to spare: the budget is the prompt's token count.
+    let roomy = load_at(&model, r#", "slots": 1, "default_max_tokens": 8"#, 1).unwrap();
+    let events = run(&roomy, clip(), None);
+    let (_, prompt, completion) = finished(&events);
+    assert!(
+        completion > 8 && completion <= prompt,
+        "{prompt} {completion}"
+    );
+    roomy.shutdown();
+    // A pool whose longest row is the prompt and 40 positions more: 40 tokens, not a refusal.
+    let structure = switchyard_phi4mm::checkpoint::Checkpoint::open_structure(&model).unwrap();
+    let pool =
+        switchyard_phi4mm::model::kv_cache::row_bytes(&structure.config.text, prompt as usize + 40);
+    let tight = load_at(
+        &model,
+        &format!(r#", "slots": 1, "default_max_tokens": 8, "kv_cache_bytes": {pool}"#),
+        1,
+    )
+    .unwrap();
+    let events = run(&tight, clip(), None);
+    let (_, _, completion) = finished(&events);
+    assert_eq!(completion, 40, "{events:?}");
+    tight.shutdown();
+}

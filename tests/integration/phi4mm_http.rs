@@ -698,3 +698,60 @@ settings = {{ checkpoint = "{ckpt}", slots = 1, default_max_tokens = 8 }}
         reply.body
     );
 }
+
+/// A streamed answer's status waits for the model to start the request: a stream queued behind
+/// a busy slot has no headers yet, a client that leaves while queued frees its place at once,
+/// and one that waits gets its 200 and its stream when the slot frees.
+#[tokio::test]
+async fn a_queued_stream_starts_when_its_slot_frees_and_leaving_the_queue_frees_its_place() {
+    let config = config().replace("slots = 2", "slots = 1");
+    let server = Server::start(&config).await;
+    let instance = || async { server.status().await["instances"][0].clone() };
+    let body = |tokens: u32| {
+        json!({"model": "phi4mm-tiny", "stream": true, "max_tokens": tokens, "temperature": 0,
+               "messages": [{"role": "user", "content": "Tell me a long story."}]})
+    };
+    let wait_for = |what: &'static str, test: fn(&serde_json::Value) -> bool| {
+        let instance = &instance;
+        async move {
+            let mut last = serde_json::Value::Null;
+            for _ in 0..400 {
+                last = instance().await;
+                if test(&last) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{what}: {last}");
+        }
+    };
+    // The slot's holder: a long stream, read slowly.
+    let holder = server.open_stream(body(4000)).await;
+    wait_for("the holder runs", |i| i["stats"]["running"] == 1).await;
+    // A second stream queues: no status yet. Its client gives up.
+    let request = server
+        .http
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&body(4));
+    let queued = tokio::spawn(async move { request.send().await.map(|r| r.status()) });
+    wait_for("the second waits", |i| i["stats"]["queued"] == 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!queued.is_finished(), "a status came before the start");
+    queued.abort();
+    wait_for("leaving the queue frees its place", |i| {
+        i["stats"]["queued"] == 0 && i["in_flight"] == 1
+    })
+    .await;
+    // A third waits it out: when the holder leaves, it starts and streams to the end.
+    let waiter = server.chat_stream(body(4));
+    let (reply, ()) = tokio::join!(waiter, async {
+        wait_for("the third waits", |i| i["stats"]["queued"] == 1).await;
+        drop(holder);
+    });
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert!(reply.done, "{}", reply.raw);
+    wait_for("all done", |i| {
+        i["in_flight"] == 0 && i["stats"]["running"] == 0
+    })
+    .await;
+}

@@ -725,8 +725,10 @@ async fn a_queued_stream_starts_when_its_slot_frees_and_leaving_the_queue_frees_
             panic!("{what}: {last}");
         }
     };
-    // The slot's holder: a long stream, read slowly.
-    let holder = server.open_stream(body(4000)).await;
+    // The slot's holder: a long stream, read slowly (2000 tokens: about 2 s on two cores, and
+    // room left in the KV pool, one row of 4096 positions, for the others to queue rather than
+    // be refused).
+    let holder = server.open_stream(body(2000)).await;
     wait_for("the holder runs", |i| i["stats"]["running"] == 1).await;
     // A second stream queues: no status yet. Its client gives up.
     let request = server

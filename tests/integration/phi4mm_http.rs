@@ -757,3 +757,44 @@ async fn a_queued_stream_starts_when_its_slot_frees_and_leaving_the_queue_frees_
     })
     .await;
 }
+
+/// Requests that run past `request_timeout_secs` end with the host's 504, also when the plugin,
+/// which got the same deadline, notices it first and cancels them (that was a 408 "cancelled"
+/// now and then).
+#[tokio::test]
+async fn requests_past_the_deadline_get_504_whoever_notices_first() {
+    let config = config().replace("slots = 2", "slots = 4").replace(
+        "[[plugins]]",
+        "[server]\nrequest_timeout_secs = 0.3\n[[plugins]]",
+    );
+    let server = Server::start(&config).await;
+    for _ in 0..3 {
+        // The last round's rows give their KV back when the plugin has ended them.
+        for _ in 0..200 {
+            let stats = server.status().await["instances"][0]["stats"].clone();
+            if stats["running"] == 0 && stats["queued"] == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let running: Vec<_> = (0..4)
+            .map(|_| {
+                let body = json!({"model": "phi4mm-tiny", "max_tokens": 3000, "temperature": 0,
+                    "messages": [{"role": "user", "content": "Tell me a long story."}]});
+                let request = server
+                    .http
+                    .post(format!("{}/v1/chat/completions", server.base))
+                    .json(&body);
+                tokio::spawn(async move {
+                    let response = request.send().await.unwrap();
+                    (response.status().as_u16(), response.text().await.unwrap())
+                })
+            })
+            .collect();
+        for request in running {
+            let (status, text) = request.await.unwrap();
+            assert_eq!(status, 504, "{text}");
+            assert!(text.contains("request_timeout"), "{text}");
+        }
+    }
+}

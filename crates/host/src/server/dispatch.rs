@@ -40,9 +40,11 @@ pub fn dispatch(
     let timeout_secs = server.request_timeout_secs;
     let deadline = started + Duration::from_secs_f64(timeout_secs);
     let unix_deadline = SystemTime::now() + deadline.saturating_duration_since(Instant::now());
+    // Rounded up: the plugin's deadline must not come before the host's, whose expiry is the
+    // request's 504 (a plugin that ended it a millisecond early made it a 408 "cancelled").
     let unix_ms = unix_deadline
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+        .map_or(0, |d| d.as_nanos().div_ceil(1_000_000) as u64);
     submission.request.deadline_unix_ms = ROption::RSome(unix_ms);
     let modality = submission.request.modality();
     for attempt in 0..RESOLVE_ATTEMPTS {

@@ -333,6 +333,18 @@ impl EventStream {
             _ => {}
         }
         let mut step = read(event, self.logprobs_wanted)?;
+        // The plugin got the host's deadline, and may see it pass before the host's timer
+        // fires: then its cancellation is the host's 504, not a 408.
+        if let Step::Failed(Failure::Plugin(e)) = &step {
+            let passed = self
+                .deadline
+                .as_ref()
+                .is_some_and(|d| Instant::now() >= d.at);
+            if e.kind == switchyard_plugin_api::ErrorKind::Cancelled && passed {
+                self.admission.mark_finished();
+                return Some(self.deadline_passed());
+            }
+        }
         if let Step::Finished {
             reason: FinishReason::Cancelled,
             ..

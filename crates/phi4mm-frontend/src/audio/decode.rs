@@ -108,9 +108,10 @@ fn open_wav<'a>(
 
 /// The clip as `hound` reads it. Two WAVs that other readers take are rewritten, into the
 /// `fmt ` and `data` chunks alone:
-/// - a writer that cannot seek back (a pipe) leaves 0xFFFFFFFF as the `data` length ("to the end
-///   of the file"); the clip is whole in memory, so the length is the bytes after the chunk's
-///   header, down to whole sample frames, as `soundfile` reads such a file;
+/// - a writer that cannot seek back (a pipe) leaves a marker as the `data` length ("to the end
+///   of the file": 0xFFFFFFFF from ffmpeg, 0x7FFFF000 from SoX); the clip is whole in memory, so
+///   the length is the bytes after the chunk's header, down to whole sample frames, as
+///   `soundfile` reads such a file;
 /// - a chunk of odd length before `data` is followed by a pad byte, which `hound` does not skip.
 ///
 /// Every other clip is returned as it is.
@@ -121,10 +122,14 @@ fn as_hound_reads(bytes: &[u8]) -> Cow<'_, [u8]> {
         let size = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
         let body = at + 8;
         if &header[..4] == b"data" {
-            let Some(fmt) = fmt.filter(|_| odd || size == u32::MAX) else {
+            // ffmpeg leaves 0xFFFFFFFF, SoX 0x7FFFF000 (its "unspecified"); a stated length that
+            // is wrong any other way stays the reader's to refuse.
+            let to_the_end =
+                (size == u32::MAX || size == 0x7FFF_F000) && body + size as usize > bytes.len();
+            let Some(fmt) = fmt.filter(|_| odd || to_the_end) else {
                 return Cow::Borrowed(bytes);
             };
-            let data = if size == u32::MAX {
+            let data = if to_the_end {
                 // WAVEFORMAT: tag, channels, rate, bytes per second, then the block alignment.
                 let align = bytes[fmt.clone()].get(12..14);
                 let Some(align) = align.map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))

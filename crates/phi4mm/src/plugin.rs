@@ -107,15 +107,17 @@ pub fn check_settings(
     let ck = Checkpoint::open_structure(dir).map_err(|e| checkpoint_refusal(dir, e))?;
     let prompt = tokenizer_of(&ck, &settings)?;
     if let Some(pool) = settings.kv_cache_bytes {
-        // The smallest request is the warm-up's; a pool without room for its row would pass
-        // here and fail the load. A row costs at least what the host backend's does (the IREE
-        // backend's rows come in compiled sizes, so they may need more: its warm-up says so).
-        let positions = warm_up_prompt(&prompt)?.len() + 1;
+        // The pool must hold the row of a one-word chat with the default budget: a smaller one
+        // passed here and then refused every request that set no `max_tokens` (or failed the
+        // warm-up). A row costs at least what the host backend's does (the IREE backend's rows
+        // come in compiled sizes, so they may need more: its refusals say so).
+        let positions = warm_up_prompt(&prompt)?.len() + settings.default_max_tokens;
         let row = crate::model::kv_cache::row_bytes(&ck.config.text, positions);
         if row as u64 > pool {
             return Err(PluginError::invalid_settings(format!(
-                "kv_cache_bytes = {pool} holds no request: the smallest (the warm-up, {positions} \
-                 positions) needs {row} bytes of KV cache"
+                "kv_cache_bytes = {pool} holds no ordinary request: a one-word chat with \
+                 default_max_tokens = {} ({positions} positions) needs {row} bytes of KV cache",
+                settings.default_max_tokens
             )));
         }
     }

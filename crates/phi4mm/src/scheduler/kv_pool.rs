@@ -102,11 +102,16 @@ impl KvPool {
     }
 }
 
+/// Bytes as a refusal shows them: exact (a pool and a row that round to the same MiB read as
+/// a contradiction), with the MiB for the eye.
 fn mib(bytes: usize) -> String {
     if bytes == usize::MAX {
         "unbounded".into()
     } else {
-        format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+        format!(
+            "{bytes} bytes ({:.1} MiB)",
+            bytes as f64 / (1024.0 * 1024.0)
+        )
     }
 }
 

@@ -503,16 +503,18 @@ fn media_are_charged_at_their_token_cost_at_admission() {
     m.shutdown();
 }
 
-/// A `kv_cache_bytes` without room for the smallest request is refused by the settings check,
-/// which `config check` and every reload run before loading; the bound it names is the one
-/// the load holds to: a pool of exactly that many bytes warms up, one byte less does not.
+/// A `kv_cache_bytes` without room for an ordinary request (a one-word chat with the default
+/// budget) is refused by the settings check, which `config check` and every reload run before
+/// loading; the bound it names is the one serving holds to: with a pool of exactly that many
+/// bytes such a chat is served, with one byte less it is refused, naming `kv_cache_bytes`.
 #[test]
-fn the_settings_check_refuses_a_kv_pool_that_holds_no_request() {
+fn the_settings_check_refuses_a_kv_pool_that_holds_no_ordinary_request() {
     use switchyard_plugin_api::SettingsText;
     let model = fixture().join("model");
+    let settings = r#""default_max_tokens": 6"#;
     let check = |pool: u64| {
         let json = format!(
-            r#"{{"checkpoint": {:?}, "kv_cache_bytes": {pool}}}"#,
+            r#"{{"checkpoint": {:?}, "kv_cache_bytes": {pool}, {settings}}}"#,
             model.display().to_string()
         );
         switchyard_phi4mm::plugin::check_settings("phi4mm", SettingsText::json(json), &model)
@@ -520,7 +522,7 @@ fn the_settings_check_refuses_a_kv_pool_that_holds_no_request() {
     let refused = check(1000).expect_err("a 1000-byte pool holds no row");
     let message = refused.message.to_string();
     assert!(
-        message.contains("kv_cache_bytes = 1000 holds no request"),
+        message.contains("kv_cache_bytes = 1000 holds no ordinary request"),
         "{message}"
     );
     let needed: u64 = message
@@ -530,20 +532,42 @@ fn the_settings_check_refuses_a_kv_pool_that_holds_no_request() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no byte count in {message}"));
     check(needed).expect("the named size is enough for the check");
+    let hello = || {
+        Request::new(
+            7,
+            Endpoint::Chat,
+            vec![Message {
+                role: Role::User,
+                parts: vec![Part::Text("Hello".into())].into(),
+            }],
+        )
+    };
     let pool = |bytes: u64| {
-        load_at(
+        let m = load_at(
             &model,
-            &format!(r#", "slots": 1, "kv_cache_bytes": {bytes}"#),
+            &format!(r#", "slots": 1, "kv_cache_bytes": {bytes}, {settings}"#),
             1,
         )
-        .expect("loads")
+        .expect("loads");
+        m.warm().expect("the warm-up's row is smaller");
+        m
     };
     let tight = pool(needed);
-    tight.warm().expect("a pool of the named size warms up");
+    let events = run(&tight, hello(), None);
+    assert_eq!(finished(&events).2, 6, "{events:?}");
     tight.shutdown();
     let short = pool(needed - 1);
-    let refused = short.warm().expect_err("one byte less holds no warm-up");
-    assert!(refused.message.contains("kv_cache_bytes"), "{refused}");
+    let (tx, _rx) = channel();
+    let sink = EventSink_TO::from_value(
+        Sink {
+            tx: Mutex::new(tx),
+            gone_after: None,
+            seen: Mutex::new(0),
+        },
+        TD_Opaque,
+    );
+    let refused = short.submit(hello(), sink).expect_err("one byte less");
+    assert!(refused.message.contains("kv_cache_bytes"), "{refused:?}");
     short.shutdown();
 }
 

@@ -459,6 +459,7 @@ pub fn load(path: &Path) -> Result<ValidConfig, ConfigErrors> {
         )
         .build()
         .map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;
+    refuse_non_finite(&built)?;
     let config: Config = built
         .try_deserialize()
         .map_err(|e| ConfigErrors(vec![format!("{}: {e}", path.display())]))?;
@@ -472,10 +473,30 @@ pub fn from_toml_str(text: &str, base: &Path) -> Result<ValidConfig, ConfigError
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .build()
         .map_err(|e| ConfigErrors(vec![e.to_string()]))?;
+    refuse_non_finite(&built)?;
     let config: Config = built
         .try_deserialize()
         .map_err(|e| ConfigErrors(vec![e.to_string()]))?;
     validate(config, base, None)
+}
+
+/// Refuses an `inf` or a `nan` anywhere in the file, by its key. TOML has them, and they reached
+/// the typed keys as whatever the conversion made of them (`retry_after_secs = nan` was 0, a
+/// `max_tokens_limit = inf` the largest integer) and the plugins' settings as JSON's null.
+fn refuse_non_finite(built: &config::Config) -> Result<(), ConfigErrors> {
+    // TOML has no null: read as JSON, a null is where a non-finite number was.
+    let tree: serde_json::Value = built
+        .clone()
+        .try_deserialize()
+        .map_err(|e| ConfigErrors(vec![e.to_string()]))?;
+    match first_null(&tree) {
+        None => Ok(()),
+        Some(path) => Err(ConfigErrors(vec![format!(
+            "{}: inf and nan are not values here (a number must be finite; a plugin gets its \
+             settings as JSON, which has no such numbers)",
+            path.trim_start_matches('.')
+        )])),
+    }
 }
 
 /// The path (`.a.b[2]`) of the first null in `value`, if any.
@@ -613,14 +634,6 @@ pub fn validate(
         }
         if !model.settings.is_object() {
             errors.push(format!("{key}.settings: must be a table"));
-        }
-        if let Some(path) = first_null(&model.settings) {
-            // TOML has no null: the parse made one of an inf or a nan, which JSON cannot carry,
-            // and the plugin would have been told of a null it was never given.
-            errors.push(format!(
-                "{key}.settings{path}: inf and nan are not setting values (a plugin gets its \
-                 settings as JSON, which has no such numbers)"
-            ));
         }
         if model.max_in_flight == 0 {
             errors.push(format!("{key}.max_in_flight: must be at least 1"));
@@ -797,29 +810,41 @@ mod tests {
     }
 
     #[test]
-    fn non_finite_settings_are_refused_by_their_path() {
-        let model = |settings: &str| {
+    fn non_finite_numbers_are_refused_by_their_path() {
+        let model = |settings: &str, extra: &str| {
             format!(
-                "[[plugins]]\nname = \"p\"\npath = \"/bin/sh\"\n[[models]]\nname = \"m\"\n\
+                "{extra}[[plugins]]\nname = \"p\"\npath = \"/bin/sh\"\n[[models]]\nname = \"m\"\n\
                  plugin = \"p\"\nkind = \"k\"\nsettings = {settings}\n"
             )
         };
-        for (settings, path) in [
-            ("{ temperature = inf }", "models[0].settings.temperature:"),
+        for (text, path) in [
             (
-                "{ a = 1, scales = [1.0, nan] }",
+                model("{ temperature = inf }", ""),
+                "models[0].settings.temperature:",
+            ),
+            (
+                model("{ a = 1, scales = [1.0, nan] }", ""),
                 "models[0].settings.scales[1]:",
             ),
             (
-                "{ limits = { seconds = -inf } }",
+                model("{ limits = { seconds = -inf } }", ""),
                 "models[0].settings.limits.seconds:",
             ),
+            // The host's own keys, which the conversion turned into 0 or the largest integer.
+            (
+                model("{}", "[server]\nretry_after_secs = nan\n"),
+                "server.retry_after_secs:",
+            ),
+            (
+                model("{}", "[server.limits]\nmax_tokens_limit = inf\n"),
+                "server.limits.max_tokens_limit:",
+            ),
         ] {
-            let err = check(&model(settings)).unwrap_err().to_string();
-            assert!(err.contains(path), "{settings}: {err}");
-            assert!(err.contains("inf and nan are not setting values"), "{err}");
+            let err = check(&text).unwrap_err().to_string();
+            assert!(err.contains(path), "{text}: {err}");
+            assert!(err.contains("inf and nan are not values here"), "{err}");
         }
-        let ok = from_toml_str(&model("{ a = 1.5, b = [], c = {} }"), Path::new("/"));
+        let ok = from_toml_str(&model("{ a = 1.5, b = [], c = {} }", ""), Path::new("/"));
         assert!(ok.is_ok(), "{:?}", ok.err());
     }
 

@@ -232,7 +232,10 @@ async fn settings_checks_that_outlast_the_reload_timeout_fail_the_reload() {
     assert_eq!(code, 422, "{body}");
     let error = body["error"].as_str().unwrap();
     assert!(
-        error.contains("settings checks did not finish within reload_timeout_secs = 1"),
+        error.contains(
+            "models[0] (bot): the plugin's settings check did not finish within \
+             reload_timeout_secs = 1"
+        ),
         "{error}"
     );
     assert_still_serving_v1(&server, &generation).await;

@@ -84,12 +84,15 @@ fn unknown_kind(index: usize, model: &ModelConfig, plugin: &LoadedPlugin) -> Rel
 }
 
 /// Has each model's plugin check its kind and settings (plugin API 2.2) before any is created:
-/// the first refusal. A plugin without a check passes; its creation checks them.
+/// the first refusal. A plugin without a check passes; its creation checks them. `at` is set
+/// to the place in `models` of the check under way, for a caller that stops waiting to name it.
 pub fn check_settings(
     models: &[(usize, ModelConfig, Arc<LoadedPlugin>)],
     config_dir: &Path,
+    at: &std::sync::atomic::AtomicUsize,
 ) -> Result<(), ReloadError> {
-    for (index, model, plugin) in models {
+    for (i, (index, model, plugin)) in models.iter().enumerate() {
+        at.store(i, std::sync::atomic::Ordering::Relaxed);
         if plugin.manifest.kind(&model.kind).is_none() {
             return Err(unknown_kind(*index, model, plugin));
         }

@@ -23,8 +23,12 @@ pub enum ReloadError {
         name: String,
         message: String,
     },
-    #[error("the plugins' settings checks did not finish within reload_timeout_secs = {secs}")]
-    CheckTimeout { secs: f64 },
+    #[error("models[{index}] ({name}): the plugin's settings check did not finish within reload_timeout_secs = {secs}; the models after it were not checked")]
+    CheckTimeout {
+        index: usize,
+        name: String,
+        secs: f64,
+    },
     #[error("models[{index}] ({name}): creation failed: {message}")]
     Create {
         index: usize,

@@ -133,11 +133,24 @@ impl Runtime {
         // The checks read files (a checkpoint's headers, its tokenizer): on a hung mount they
         // would hold the reload turn for ever, so they get the creation's time limit.
         let secs = config.server().reload_timeout_secs;
-        let checking =
-            tokio::task::spawn_blocking(move || create::check_settings(&checks, &config_dir));
+        let names: Vec<_> = checks
+            .iter()
+            .map(|(i, m, _)| (*i, m.name.clone()))
+            .collect();
+        let at = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let checking = {
+            let at = at.clone();
+            tokio::task::spawn_blocking(move || create::check_settings(&checks, &config_dir, &at))
+        };
         match tokio::time::timeout(Duration::from_secs_f64(secs), checking).await {
             Ok(checked) => checked.expect("the settings checks catch their panics")?,
-            Err(_) => return Err(ReloadError::CheckTimeout { secs }),
+            Err(_) => {
+                // A timeout has a check under way (none are there to time out when `names`
+                // is empty).
+                let under_way = at.load(std::sync::atomic::Ordering::Relaxed);
+                let (index, name) = names.get(under_way).cloned().unwrap_or_default();
+                return Err(ReloadError::CheckTimeout { index, name, secs });
+            }
         }
         for (index, model, plugin, limits) in to_create {
             let cache_dir = self.cache_dir.clone();

@@ -391,6 +391,10 @@ async fn health_ready_models_and_metrics() {
         .await
         .unwrap();
     assert_eq!(slashed, models["data"][1], "{slashed}");
+    let garbled = get("/v1/models/%FF%FE").await.unwrap();
+    assert_eq!(garbled.status(), 400);
+    let garbled: serde_json::Value = garbled.json().await.unwrap();
+    assert_eq!(garbled["error"]["code"], "invalid_model", "{garbled}");
     let missing = get("/v1/models/nope").await.unwrap();
     assert_eq!(missing.status(), 404);
     let missing: serde_json::Value = missing.json().await.unwrap();

@@ -5,7 +5,7 @@
 use super::error::ApiError;
 use crate::{instance::InstanceState, runtime::Runtime};
 use axum::{
-    extract::{Path, State},
+    extract::{rejection::PathRejection, Path, State},
     http::{header, StatusCode},
     response::{IntoResponse, Response},
     Json,
@@ -77,8 +77,17 @@ pub async fn models(State(runtime): State<Arc<Runtime>>) -> Json<serde_json::Val
 /// `GET /v1/models/{model}`: one entry of the list (the SDKs' `models.retrieve`).
 pub async fn model(
     State(runtime): State<Arc<Runtime>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    // A name that is no UTF-8 (`%FF`) is answered in the API's error shape, not axum's text.
+    let Path(id) = id.map_err(|rejection| {
+        ApiError::new(
+            rejection.status(),
+            "invalid_request_error",
+            "invalid_model",
+            rejection.body_text(),
+        )
+    })?;
     let deployment = runtime.current();
     if !deployment.config.public_model_names().contains(&id) {
         return Err(ApiError::not_found_model(format!(

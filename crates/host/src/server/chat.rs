@@ -3,7 +3,9 @@
 use super::{
     error::ApiError,
     event_stream::Answer,
-    generation::{admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageField},
+    generation::{
+        admit, stream_once_started, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageField,
+    },
     logprobs::{self, LogprobsFormat},
     openai::ChatRequest,
     outcome::{self, Refused, Served},
@@ -66,19 +68,8 @@ async fn chat(
     // request waits for its turn and runs.
     drop(request);
     if stream {
-        // The status waits for the request to start: one that fails before (media that does
-        // not decode) gets the status a plain answer would, not a 200 and an error event.
-        let events = match events.started().await {
-            Ok(events) => events,
-            Err(failure) => return Ok(Served::new(instance, failure.to_api_error(retry_after))),
-        };
-        let body = stream_answer(
-            events,
-            meta,
-            ChatChunks { logprobs },
-            include_usage,
-            retry_after,
-        );
+        let format = ChatChunks { logprobs };
+        let body = stream_once_started(events, meta, format, include_usage, retry_after).await;
         return Ok(Served::new(instance, body));
     }
     Ok(match events.answer().await {

@@ -5,7 +5,9 @@
 use super::{
     chat::unix_now,
     error::ApiError,
-    generation::{admit, stream_answer, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageField},
+    generation::{
+        admit, stream_once_started, Admitted, ChunkFormat, ChunkMeta, JsonRequest, UsageField,
+    },
     logprobs::LogprobsFormat,
     openai::CompletionRequest,
     outcome::{self, Refused, Served},
@@ -67,16 +69,11 @@ async fn complete(
     // request waits for its turn and runs.
     drop(request);
     if stream {
-        // As chat's: the status waits for the request to start.
-        let events = match events.started().await {
-            Ok(events) => events,
-            Err(failure) => return Ok(Served::new(instance, failure.to_api_error(retry_after))),
-        };
         let chunks = CompletionChunks {
             logprobs,
             offset: 0,
         };
-        let body = stream_answer(events, meta, chunks, include_usage, retry_after);
+        let body = stream_once_started(events, meta, chunks, include_usage, retry_after).await;
         return Ok(Served::new(instance, body));
     }
     Ok(match events.answer().await {

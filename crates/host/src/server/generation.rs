@@ -178,6 +178,25 @@ pub trait ChunkFormat: Send + 'static {
     fn finish(&self, reason: FinishReason) -> Self::Choice<'static>;
 }
 
+/// A streamed answer once the model has started the request ([`EventStream::started`]); a
+/// request that fails before that gets the status and body a plain answer would (media that do
+/// not decode: a 400), not a 200 and an error event.
+pub async fn stream_once_started<F: ChunkFormat>(
+    events: EventStream,
+    meta: ChunkMeta,
+    format: F,
+    include_usage: bool,
+    retry_after: u32,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match events.started().await {
+        Ok(events) => {
+            stream_answer(events, meta, format, include_usage, retry_after).into_response()
+        }
+        Err(failure) => failure.to_api_error(retry_after).into_response(),
+    }
+}
+
 /// A streamed answer in OpenAI's order: the opening chunk, one chunk per token, the finishing
 /// chunk, the usage chunk (with `stream_options.include_usage`, when every other chunk has
 /// `"usage": null`) and `[DONE]`; or, when the request fails, an error object and no `[DONE]`,

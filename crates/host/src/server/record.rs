@@ -74,14 +74,15 @@ impl Drop for RequestRecord {
             None if self.status == CLIENT_CLOSED => Some("client_closed"),
             kind => kind,
         };
-        self.series.vllm.ended(self.started.elapsed());
+        let duration = self.started.elapsed();
+        self.series.vllm.ended(duration);
         self.metrics.request_ended(&RequestEnd {
             series: &self.series,
             model: &self.model,
             endpoint: self.endpoint,
             status: self.status,
             error,
-            duration: self.started.elapsed(),
+            duration,
         });
     }
 }

@@ -149,6 +149,12 @@ pub fn create(
     Ok(EchoModel {
         flavour,
         kind: manifest(flavour).models[0].clone(),
+        prefix: settings.tag_tokens.then(|| {
+            format!(
+                "[{}@{}/{}]",
+                flavour.plugin, flavour.version, settings.label
+            )
+        }),
         settings,
         shared: Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -197,6 +203,8 @@ pub struct EchoModel {
     /// What this flavour serves (the manifest's entry, built once).
     kind: ModelKindInfo,
     settings: EchoSettings,
+    /// What `tag_tokens` puts before every token, built once.
+    prefix: Option<String>,
     shared: Arc<Shared>,
 }
 
@@ -249,16 +257,15 @@ impl PluginModel for EchoModel {
     }
 
     fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
-        let words = self.words_of(&request)?;
-        let hooks = Hooks::of(&words);
+        let tokens = self.tokens_of(&request)?;
+        let hooks = Hooks::of(&tokens);
         if hooks.panic {
             panic!("the request asked for a panic");
         }
         let logprobs = request.logprobs.into_option();
         if self.settings.inline {
-            return self.answer_inline(&words, logprobs, &sink);
+            return self.answer_inline(tokens, logprobs, &sink);
         }
-        let cancel = Arc::new(AtomicBool::new(false));
         let mut state = self.shared.state.lock().unwrap();
         if state.draining {
             return Err(PluginError::unavailable("instance is draining"));
@@ -271,33 +278,31 @@ impl PluginModel for EchoModel {
                 self.settings.queue
             )));
         }
+        let delay = Duration::from_millis(self.settings.token_delay_ms);
+        // Nothing to wait for: answered here, never queued (so never waiting for a worker),
+        // and so never cancelled either.
+        let answer_here = delay.is_zero() && !self.settings.pool;
+        let cancel = (!answer_here).then(|| Arc::new(AtomicBool::new(false)));
         let job = Job {
             id: request.id,
-            words,
+            tokens: Cell::new(tokens),
             hooks,
             max_tokens: request.sampling.max_tokens.into_option(),
             stop: request.stop.iter().map(|s| s.to_string()).collect(),
             logprobs,
-            prefix: self.settings.tag_tokens.then(|| {
-                format!(
-                    "[{}@{}/{}]",
-                    self.flavour.plugin, self.flavour.version, self.settings.label
-                )
-            }),
-            delay: Duration::from_millis(self.settings.token_delay_ms),
+            delay,
             kv_held: Cell::new(0),
             cancel: cancel.clone(),
             sink,
             shared: self.shared.clone(),
         };
-        // Nothing to wait for: answered here, never queued (so never waiting for a worker).
-        if job.delay.is_zero() && !self.settings.pool {
+        let Some(cancel) = cancel else {
             state.answering += 1;
             drop(state);
             job.run();
             self.shared.state.lock().unwrap().answering -= 1;
             return Ok(());
-        }
+        };
         if state.running >= self.settings.slots {
             state.requests.insert(request.id, cancel);
             state.queue.push_back(job);
@@ -448,14 +453,14 @@ impl EchoModel {
     /// host's event channel.
     fn answer_inline(
         &self,
-        words: &[String],
+        tokens: Vec<String>,
         logprobs: Option<u8>,
         sink: &EventSinkBox,
     ) -> Result<(), PluginError> {
-        let prompt_tokens = words.len() as u32;
+        let prompt_tokens = tokens.len() as u32;
         sink.send(Event::Started { prompt_tokens });
-        for (i, word) in words.iter().enumerate() {
-            sink.send(token_event(i as u32, piece(i, None, word), logprobs));
+        for (i, piece) in tokens.into_iter().enumerate() {
+            sink.send(token_event(i as u32, piece, logprobs));
         }
         let usage = Usage {
             prompt_tokens,
@@ -468,9 +473,9 @@ impl EchoModel {
         Ok(())
     }
 
-    /// The tokens to stream: the words of the last user message, and a description of each
-    /// media part when this flavour accepts media.
-    fn words_of(&self, request: &Request) -> Result<Vec<String>, PluginError> {
+    /// The tokens to stream, as their text (see [`push_piece`]): the words of the last user
+    /// message, and a description of each media part when this flavour accepts media.
+    fn tokens_of(&self, request: &Request) -> Result<Vec<String>, PluginError> {
         let options = request
             .model_options_json()
             .map_err(PluginError::invalid_request)?;
@@ -497,26 +502,35 @@ impl EchoModel {
             .rev()
             .find(|m| m.role == switchyard_plugin_api::Role::User)
             .ok_or_else(|| PluginError::invalid_request("no user message"))?;
-        let mut words = Vec::new();
+        let prefix = self.prefix.as_deref().unwrap_or("");
+        let mut tokens = Vec::new();
         if request.endpoint == Endpoint::Transcription {
-            words.push("transcript:".to_string());
+            push_piece(&mut tokens, prefix, "transcript:");
         }
         for part in message.parts.iter() {
             match part {
-                Part::Text(text) => words.extend(text.split_whitespace().map(str::to_string)),
+                Part::Text(text) => {
+                    for word in text.split_whitespace() {
+                        push_piece(&mut tokens, prefix, word);
+                    }
+                }
                 Part::Image(bytes) if bytes.is_empty() => {
                     return Err(PluginError::invalid_request("empty image"))
                 }
-                Part::Image(bytes) => words.push(format!("[image:{}B]", bytes.len())),
+                Part::Image(bytes) => {
+                    push_piece(&mut tokens, prefix, &format!("[image:{}B]", bytes.len()))
+                }
                 Part::Audio { data, .. } if data.is_empty() => {
                     return Err(PluginError::invalid_request("empty audio clip"))
                 }
-                Part::Audio { data, format } => {
-                    words.push(format!("[audio:{format}:{}B]", data.len()))
-                }
+                Part::Audio { data, format } => push_piece(
+                    &mut tokens,
+                    prefix,
+                    &format!("[audio:{format}:{}B]", data.len()),
+                ),
             }
         }
-        Ok(words)
+        Ok(tokens)
     }
 }
 
@@ -533,9 +547,9 @@ struct Hooks {
 }
 
 impl Hooks {
-    fn of(words: &[String]) -> Self {
+    fn of(tokens: &[String]) -> Self {
         let mut hooks = Self::default();
-        for word in words.iter().filter(|w| w.contains('#')) {
+        for word in tokens.iter().filter(|w| w.contains('#')) {
             let panic_worker = word.contains("#panic-worker");
             hooks.panic_worker |= panic_worker;
             hooks.panic |= word.contains("#panic") && !panic_worker;
@@ -547,16 +561,18 @@ impl Hooks {
 
 struct Job {
     id: u64,
-    words: Vec<String>,
+    /// The text of each token to send, taken when the job runs: each goes out as its event's
+    /// text, allocated once, as a model's detokenizer would.
+    tokens: Cell<Vec<String>>,
     hooks: Hooks,
     max_tokens: Option<u32>,
     stop: Vec<String>,
     logprobs: Option<u8>,
-    prefix: Option<String>,
     delay: Duration,
     /// This request's share of [`Shared::kv_used`].
     kv_held: Cell<u64>,
-    cancel: Arc<AtomicBool>,
+    /// Set by `cancel`; `None` for a job answered within `submit`, which nothing can cancel.
+    cancel: Option<Arc<AtomicBool>>,
     sink: EventSinkBox,
     shared: Arc<Shared>,
 }
@@ -564,7 +580,7 @@ struct Job {
 impl Job {
     /// Streams the answer on the worker's thread; its slot is the caller's to give back.
     fn run(&self) {
-        if self.cancel.load(Ordering::SeqCst) {
+        if self.cancelled_now() {
             return self.cancelled();
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stream()));
@@ -578,6 +594,12 @@ impl Job {
         self.shared
             .kv_used
             .fetch_sub(self.kv_held.replace(0), Ordering::Relaxed);
+    }
+
+    fn cancelled_now(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|cancel| cancel.load(Ordering::SeqCst))
     }
 
     fn hold_kv(&self, positions: u64) {
@@ -594,7 +616,8 @@ impl Job {
     }
 
     fn stream(&self) {
-        let prompt_tokens = self.words.len() as u32;
+        let tokens = self.tokens.take();
+        let prompt_tokens = tokens.len() as u32;
         self.hold_kv(u64::from(prompt_tokens));
         if !self.sink.send(Event::Started { prompt_tokens }) {
             return;
@@ -602,14 +625,14 @@ impl Job {
         let limit = self.max_tokens.unwrap_or(u32::MAX) as usize;
         let mut text = String::new();
         let mut sent = 0u32;
-        for (i, word) in self.words.iter().enumerate() {
+        for (i, piece) in tokens.into_iter().enumerate() {
             if i >= limit {
                 return self.finish(FinishReason::Length, prompt_tokens, sent);
             }
             if !self.delay.is_zero() {
                 thread::sleep(self.delay);
             }
-            if self.cancel.load(Ordering::SeqCst) {
+            if self.cancelled_now() {
                 return self.finish(FinishReason::Cancelled, prompt_tokens, sent);
             }
             if i == 1 && self.hooks.panic_worker {
@@ -621,7 +644,6 @@ impl Job {
                 )));
                 return;
             }
-            let piece = piece(i, self.prefix.as_deref(), word);
             // The text so far matters only to stop strings.
             if !self.stop.is_empty() {
                 text.push_str(&piece);
@@ -653,17 +675,16 @@ impl Job {
     }
 }
 
-/// The text of token `i`: the word, after a space unless it is the first, after the tag prefix
-/// when there is one.
-fn piece(i: usize, prefix: Option<&str>, word: &str) -> String {
-    let prefix = prefix.unwrap_or("");
+/// Adds the text of the next token to `tokens`: the word, after a space unless it is the
+/// first, after the tag prefix when there is one.
+fn push_piece(tokens: &mut Vec<String>, prefix: &str, word: &str) {
     let mut piece = String::with_capacity(1 + prefix.len() + word.len());
-    if i > 0 {
+    if !tokens.is_empty() {
         piece.push(' ');
     }
     piece.push_str(prefix);
     piece.push_str(word);
-    piece
+    tokens.push(piece);
 }
 
 /// One echoed word; with log probabilities when asked: a point mass, logprob 0, no other

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 use switchyard_fixtures::{fixture, manifest};
-use switchyard_integration_tests::{phi4mm_lib, plugin_lib, python_with, user, Server};
+use switchyard_integration_tests::{phi4mm_lib, plugin_lib, python_with, sse_data, user, Server};
 
 /// The real OpenAI client, pinned.
 const OPENAI: &str = "openai==3.57.0";
@@ -419,11 +419,7 @@ async fn phi4mm_text_offsets_locate_each_token_while_text_is_held_back() {
             // (text, tokens, offsets), from the answer or from its chunks.
             let (mut text, mut tokens, mut offsets) = (String::new(), Vec::new(), Vec::new());
             let answers: Vec<Value> = if stream {
-                raw.lines()
-                    .filter_map(|l| l.strip_prefix("data: "))
-                    .filter(|d| *d != "[DONE]")
-                    .map(|d| serde_json::from_str(d).unwrap())
-                    .collect()
+                sse_data(&raw)
             } else {
                 vec![serde_json::from_str(&raw).unwrap()]
             };
@@ -484,12 +480,7 @@ async fn phi4mm_text_offsets_locate_each_token_while_text_is_held_back() {
         .text()
         .await
         .unwrap();
-    let chunks: Vec<Value> = raw
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks = sse_data(&raw);
     let (mut joined, mut empty) = (String::new(), 0);
     for chunk in &chunks {
         let choice = &chunk["choices"][0];

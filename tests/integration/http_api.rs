@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use serde_json::json;
-use switchyard_integration_tests::{plugin_lib, user, Server};
+use switchyard_integration_tests::{plugin_lib, sse_data, user, Server};
 
 fn config() -> String {
     format!(
@@ -207,11 +207,9 @@ async fn media_requests_route_by_modality_and_transcriptions_work() {
         "{text}"
     );
     // The done event's usage has the same shape as the answer's (OpenAI's for transcriptions).
-    let done: serde_json::Value = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str(d).ok())
-        .find(|v: &serde_json::Value| v["type"] == "transcript.text.done")
+    let done = sse_data(&text)
+        .into_iter()
+        .find(|v| v["type"] == "transcript.text.done")
         .unwrap_or_else(|| panic!("no done event: {text}"));
     assert_eq!(done["usage"]["type"], "tokens", "{done}");
     for key in ["input_tokens", "output_tokens", "total_tokens"] {

@@ -557,6 +557,16 @@ impl StreamReply {
     }
 }
 
+/// The JSON of every `data:` line of a server-sent-events body but `[DONE]`; a data line that is
+/// no JSON fails the test.
+pub fn sse_data(raw: &str) -> Vec<serde_json::Value> {
+    raw.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect()
+}
+
 pub fn user(text: &str) -> serde_json::Value {
     serde_json::json!([{"role": "user", "content": text}])
 }

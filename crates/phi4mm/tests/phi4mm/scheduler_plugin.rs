@@ -11,8 +11,8 @@ use switchyard_phi4mm::config::Phi4mmSettings;
 use switchyard_phi4mm::plugin::Phi4mmModel;
 use switchyard_plugin_api::abi_stable::sabi_trait::TD_Opaque;
 use switchyard_plugin_api::{
-    Endpoint, ErrorKind, Event, EventSink, EventSink_TO, FinishReason, Message, Part, PluginModel,
-    Request, Role, SamplingParams,
+    Endpoint, ErrorKind, Event, EventSink, EventSinkBox, EventSink_TO, FinishReason, Message, Part,
+    PluginModel, Request, Role, SamplingParams,
 };
 
 struct Sink {
@@ -20,6 +20,20 @@ struct Sink {
     /// Report the client gone after this many tokens.
     gone_after: Option<usize>,
     seen: Mutex<usize>,
+}
+
+impl Sink {
+    /// A sink into `tx`, as the host hands the plugin one; `gone_after` as in [`Sink`].
+    fn boxed(tx: Sender<Event>, gone_after: Option<usize>) -> EventSinkBox {
+        EventSink_TO::from_value(
+            Sink {
+                tx: Mutex::new(tx),
+                gone_after,
+                seen: Mutex::new(0),
+            },
+            TD_Opaque,
+        )
+    }
 }
 
 impl EventSink for Sink {
@@ -92,14 +106,7 @@ fn input(name: &str) -> Vec<u8> {
 /// Submits and collects events up to the terminal one.
 fn run(m: &Phi4mmModel, req: Request, gone_after: Option<usize>) -> Vec<Event> {
     let (tx, rx) = channel();
-    let sink = EventSink_TO::from_value(
-        Sink {
-            tx: Mutex::new(tx),
-            gone_after,
-            seen: Mutex::new(0),
-        },
-        TD_Opaque,
-    );
+    let sink = Sink::boxed(tx, gone_after);
     m.submit(req, sink).unwrap();
     let mut events = Vec::new();
     while let Ok(e) = rx.recv_timeout(Duration::from_secs(if gone_after.is_some() {
@@ -187,16 +194,7 @@ fn disconnect_frees_the_slot_and_bad_requests_are_refused() {
 
     // Transcription without audio, and a typed special token: refused at admission.
     let (tx, _rx) = channel();
-    let sink = || {
-        EventSink_TO::from_value(
-            Sink {
-                tx: Mutex::new(tx.clone()),
-                gone_after: None,
-                seen: Mutex::new(0),
-            },
-            TD_Opaque,
-        )
-    };
+    let sink = || Sink::boxed(tx.clone(), None);
     let e = m
         .submit(
             request(2, Endpoint::Transcription, vec![Part::Text("x".into())], 4),
@@ -390,14 +388,7 @@ fn media_are_charged_at_their_token_cost_at_admission() {
     let m = model(r#", "max_queued_tokens": 1200"#);
     let sink = || {
         let (tx, rx) = channel();
-        let sink = EventSink_TO::from_value(
-            Sink {
-                tx: Mutex::new(tx),
-                gone_after: None,
-                seen: Mutex::new(0),
-            },
-            TD_Opaque,
-        );
+        let sink = Sink::boxed(tx, None);
         (sink, rx)
     };
     let (tx, _rx1) = channel();
@@ -558,14 +549,7 @@ fn the_settings_check_refuses_a_kv_pool_that_holds_no_ordinary_request() {
     tight.shutdown();
     let short = pool(needed - 1);
     let (tx, _rx) = channel();
-    let sink = EventSink_TO::from_value(
-        Sink {
-            tx: Mutex::new(tx),
-            gone_after: None,
-            seen: Mutex::new(0),
-        },
-        TD_Opaque,
-    );
+    let sink = Sink::boxed(tx, None);
     let refused = short.submit(hello(), sink).expect_err("one byte less");
     assert!(refused.message.contains("kv_cache_bytes"), "{refused:?}");
     short.shutdown();

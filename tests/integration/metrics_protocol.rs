@@ -462,14 +462,8 @@ async fn every_serving_instance_has_its_series_and_no_other_does() {
     server.rewrite_config(&config("helper", false));
     let (status, report) = server.reload().await;
     assert_eq!(status, 200, "{report}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = server.metrics().await;
-        let series = prompt_token_series(&text);
-        if series == [pair("a", "helper")] {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{series:?} in\n{text}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    scrape_until(&server, "only the reloaded instance's series", |text| {
+        prompt_token_series(text) == [pair("a", "helper")]
+    })
+    .await;
 }

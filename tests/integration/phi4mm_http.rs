@@ -120,30 +120,22 @@ async fn a_client_that_disconnects_mid_stream_frees_its_slot() {
                       "messages": [{"role": "user", "content": "Tell me a long story."}]});
     let stream = server.open_stream(body).await;
     // The host sends the role chunk at once; wait until the request holds a slot in the plugin.
-    let mut during = serde_json::Value::Null;
-    for _ in 0..200 {
-        during = server.status().await["instances"][0].clone();
-        if during["stats"]["running"] == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let status = server
+        .status_until("the request running", |s| {
+            s["instances"][0]["stats"]["running"] == 1
+        })
+        .await;
+    let during = &status["instances"][0];
     assert_eq!(during["in_flight"], 1, "{during}");
     assert_eq!(during["stats"]["running"], 1, "{during}");
     assert_eq!(during["stats"]["free_slots"], 1, "{during}");
     drop(stream);
-    let mut stats = serde_json::Value::Null;
-    for _ in 0..200 {
-        stats = server.status().await["instances"][0].clone();
-        if stats["in_flight"] == 0
-            && stats["stats"]["running"] == 0
-            && stats["stats"]["free_slots"] == 2
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("slot not freed after the client left: {stats}");
+    server
+        .status_until("the slot freed after the client left", |s| {
+            let i = &s["instances"][0];
+            i["in_flight"] == 0 && i["stats"]["running"] == 0 && i["stats"]["free_slots"] == 2
+        })
+        .await;
 }
 
 /// The IREE backend behind the same HTTP API: every modality answers exactly as the host backend
@@ -474,22 +466,14 @@ async fn steps_with_rows(server: &Server, rows: usize) -> u64 {
 /// Waits until the instance holds `rows` more requests, queued or running, than `released`
 /// counted as finished (at most 60 s): the rows sent since have been admitted, or have ended.
 async fn wait_until_admitted(server: &Server, rows: u64, released: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = server.status().await;
-        let instance = &status["instances"][0];
-        let count = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-        let held = count(&instance["stats"]["running"]) + count(&instance["stats"]["queued"]);
-        let ended = count(&instance["admissions_released"]) - released;
-        if held + ended >= rows {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{rows} rows never admitted: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    server
+        .status_until(&format!("{rows} rows admitted"), |status| {
+            let instance = &status["instances"][0];
+            let count = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+            let held = count(&instance["stats"]["running"]) + count(&instance["stats"]["queued"]);
+            held + count(&instance["admissions_released"]) - released >= rows
+        })
+        .await;
 }
 
 /// Both `mixed_batches` of the fixture through `switchyard serve`: each row — its fixture ids,
@@ -706,24 +690,12 @@ settings = {{ checkpoint = "{ckpt}", slots = 1, default_max_tokens = 8 }}
 async fn a_queued_stream_starts_when_its_slot_frees_and_leaving_the_queue_frees_its_place() {
     let config = config().replace("slots = 2", "slots = 1");
     let server = Server::start(&config).await;
-    let instance = || async { server.status().await["instances"][0].clone() };
     let body = |tokens: u32| {
         json!({"model": "phi4mm-tiny", "stream": true, "max_tokens": tokens, "temperature": 0,
                "messages": [{"role": "user", "content": "Tell me a long story."}]})
     };
     let wait_for = |what: &'static str, test: fn(&serde_json::Value) -> bool| {
-        let instance = &instance;
-        async move {
-            let mut last = serde_json::Value::Null;
-            for _ in 0..400 {
-                last = instance().await;
-                if test(&last) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            panic!("{what}: {last}");
-        }
+        server.status_until(what, move |status| test(&status["instances"][0]))
     };
     // The slot's holder: a long stream, read slowly (2000 tokens: about 2 s on two cores, and
     // room left in the KV pool, one row of 4096 positions, for the others to queue rather than
@@ -770,13 +742,12 @@ async fn requests_past_the_deadline_get_504_whoever_notices_first() {
     let server = Server::start(&config).await;
     for _ in 0..3 {
         // The last round's rows give their KV back when the plugin has ended them.
-        for _ in 0..200 {
-            let stats = server.status().await["instances"][0]["stats"].clone();
-            if stats["running"] == 0 && stats["queued"] == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        server
+            .status_until("the last round's rows ended", |s| {
+                let stats = &s["instances"][0]["stats"];
+                stats["running"] == 0 && stats["queued"] == 0
+            })
+            .await;
         let running: Vec<_> = (0..4)
             .map(|_| {
                 let body = json!({"model": "phi4mm-tiny", "max_tokens": 3000, "temperature": 0,

@@ -118,19 +118,15 @@ async fn reload_under_streaming_load_fails_nothing() {
     );
 
     // Every retired instance reaches `stopped`.
-    let mut status = serde_json::Value::Null;
-    for _ in 0..200 {
-        status = server.status().await;
-        if status["retired_instances"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|i| i["state"] == "stopped")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let status = server
+        .status_until("every retired instance stopped", |s| {
+            s["retired_instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|i| i["state"] == "stopped")
+        })
+        .await;
     let retired = status["retired_instances"].as_array().unwrap();
     assert_eq!(retired.len(), RELOADS, "{status}");
     assert!(

@@ -218,27 +218,24 @@ async fn a_client_that_disconnects_mid_stream_frees_the_slot() {
     };
     // The first chunk (the role) is the host's; the row may still be queued in the plugin for
     // a moment on a loaded machine.
-    let mut during = slow(&server.status().await);
-    for _ in 0..100 {
-        if during["stats"]["running"] == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        during = slow(&server.status().await);
-    }
-    assert_eq!(during["stats"]["running"], 1, "{during}");
+    let during = slow(
+        &server
+            .status_until("the slow request running", |s| {
+                slow(s)["stats"]["running"] == 1
+            })
+            .await,
+    );
     assert_eq!(during["in_flight"], 1);
     drop(stream); // the client goes away after one chunk of a 200-token answer
 
-    let mut after = serde_json::Value::Null;
-    for _ in 0..100 {
-        after = slow(&server.status().await);
-        if after["stats"]["running"] == 0 && after["in_flight"] == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(after["stats"]["running"], 0, "slot not freed: {after}");
+    let after = slow(
+        &server
+            .status_until("the slot freed", |s| {
+                let i = slow(s);
+                i["stats"]["running"] == 0 && i["in_flight"] == 0
+            })
+            .await,
+    );
     assert_eq!(after["stats"]["free_slots"], 2);
     assert_eq!(after["in_flight"], 0);
     let metrics = server.metrics().await;

@@ -346,6 +346,24 @@ impl Server {
             .unwrap()
     }
 
+    /// Polls `/admin/status` until `ready` holds for it, and returns that status; fails the test
+    /// with `what` and the last status after 60 s.
+    pub async fn status_until(
+        &self,
+        what: &str,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status().await;
+            if ready(&status) {
+                return status;
+            }
+            assert!(Instant::now() < until, "never saw {what}: {status}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     pub async fn metrics(&self) -> String {
         self.http
             .get(format!("{}/metrics", self.base))

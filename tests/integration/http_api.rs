@@ -294,7 +294,10 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
     .unwrap();
     assert_eq!(r.status(), 400);
     let body: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(body["error"]["param"], "messages[0].content", "{body}");
+    assert_eq!(
+        body["error"]["param"], "messages[0].content[0].type",
+        "{body}"
+    );
 
     let big = json!({"model": "chat", "messages": user(&"x ".repeat(40_000))}).to_string();
     let r = post(big).await.unwrap();
@@ -478,6 +481,47 @@ async fn chat_refuses_what_it_cannot_honour_by_name() {
             reply.body
         );
     }
+    // A malformed message names the part and what is wrong with it; an assistant turn may have
+    // no content, a user's may not.
+    let message = |content: serde_json::Value| json!({"model": "echo-a", "messages": [{"role": "user", "content": content}]});
+    for (body, param, needle) in [
+        (
+            message(json!([{"type": "video_url", "video_url": {"url": "x"}}])),
+            "messages[0].content[0].type",
+            "unknown variant `video_url`, expected one of `text`, `image_url`, `input_audio`",
+        ),
+        (
+            message(json!([{"type": "text"}])),
+            "messages[0].content[0].text",
+            "missing field `text`",
+        ),
+        (
+            message(json!(5)),
+            "messages[0].content",
+            "expected a string or a list of content parts",
+        ),
+        (
+            message(json!(null)),
+            "messages[0].content",
+            "content is required",
+        ),
+    ] {
+        let reply = server.chat(body.clone()).await;
+        assert_eq!(reply.status, 400, "{body}: {:?}", reply.body);
+        assert_eq!(
+            reply.body["error"]["param"], param,
+            "{body}: {:?}",
+            reply.body
+        );
+        let text = reply.body["error"]["message"].as_str().unwrap();
+        assert!(text.contains(needle), "{body}: {text}");
+    }
+    let reply = server
+        .chat(json!({"model": "echo-a", "messages": [
+            {"role": "assistant", "content": null}, {"role": "user", "content": "yo"}]}))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+
     let neutral = json!({"response_format": {"type": "text"}, "tools": [], "tool_choice": "auto",
                          "stream": null, "return_tokens_as_token_ids": null, "logit_bias": null,
                          "presence_penalty": null});

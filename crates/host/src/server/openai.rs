@@ -169,11 +169,36 @@ pub struct ChatMessage {
     pub content: Option<Content>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// A message's `content`: a string, or a list of parts. Read by hand rather than as an untagged
+/// enum, whose one error for any bad part ("data did not match any variant") named neither the
+/// part's unknown type nor its missing field.
+#[derive(Debug)]
 pub enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Content;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list of content parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
+                Ok(Content::Text(text.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
+                Ok(Content::Text(text))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Content, A::Error> {
+                Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(Content::Parts)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -391,6 +416,13 @@ impl ChatRequest {
             };
             let mut parts = Vec::new();
             match &message.content {
+                // An assistant turn may have no content (OpenAI's tool calls); a client's may not.
+                None if role != Role::Assistant => {
+                    return Err(ApiError::invalid_param(
+                        format!("messages[{i}].content"),
+                        "content is required (a string or a list of parts)",
+                    ))
+                }
                 None => {}
                 Some(Content::Text(text)) => parts.push(Part::Text(text.as_str().into())),
                 Some(Content::Parts(list)) => {

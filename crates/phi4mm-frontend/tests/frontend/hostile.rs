@@ -511,6 +511,24 @@ fn the_hand_written_flac_decodes() {
     assert_eq!(unstated, decoded);
 }
 
+/// A FLAC that holds less than its header states (cut short, or frames that do not decode) is
+/// refused, naming both counts, rather than served as a shorter clip.
+#[test]
+fn a_flac_short_of_its_stated_length_is_refused() {
+    let whole = flac_constant(48_000, 4_800, 10, 100, 48_000);
+    assert_eq!(
+        audio::decode::decode(&whole, 1e9).unwrap().samples.len(),
+        48_000
+    );
+    let states_more = flac_constant(48_000, 4_800, 10, 100, 96_000);
+    let cut = &whole[..whole.len() / 2];
+    for (what, bytes) in [("states more", &states_more[..]), ("cut", cut)] {
+        let err = audio::decode::decode(bytes, 1e9).unwrap_err().to_string();
+        assert!(err.contains("samples its header states"), "{what}: {err}");
+        assert!(err.contains("of the "), "{what}: {err}");
+    }
+}
+
 /// 384 kHz, one block of 48,000 samples per frame: 8 frames a second.
 const BOMB_RATE: u32 = 384_000;
 const BOMB_BLOCK: u16 = 48_000;
@@ -834,7 +852,7 @@ fn memory_child(case: &str) {
                 max_samples_per_request: u64::MAX,
                 ..AudioOptions::default()
             };
-            let decoded = audio::decode::decode_with(&stated, &options).unwrap();
+            let decoded = audio::decode::decode_with(&unstated, &options).unwrap();
             assert_eq!(decoded.samples.len(), 160 * usize::from(BOMB_BLOCK));
         }
         other => panic!("unknown case {other}"),

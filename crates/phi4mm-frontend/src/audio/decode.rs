@@ -67,8 +67,16 @@ fn open_wav<'a>(
     options: &AudioOptions,
 ) -> Result<(WavReader<'a>, usize), AudioError> {
     let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| match e {
-        hound::Error::Unsupported => {
-            AudioError::UnsupportedWav("format not supported by hound".into())
+        hound::Error::Unsupported => AudioError::Unsupported(
+            "a WAV encoding other than integer or float PCM (such as mu-law, A-law or ADPCM)"
+                .into(),
+        ),
+        // A well-formed WAV of a sample width hound does not read (64-bit float, 12-bit).
+        hound::Error::FormatError(m) if m.contains("bits per sample") => {
+            AudioError::Unsupported(format!("a WAV of that sample width ({m})"))
+        }
+        hound::Error::InvalidSampleFormat => {
+            AudioError::Unsupported("a WAV of that sample width".into())
         }
         hound::Error::FormatError(m) => AudioError::Wav(m.to_string()),
         other => AudioError::Wav(other.to_string()),
@@ -266,8 +274,8 @@ fn decode_wav_samples(
             )?
         }
         (format, bits) => {
-            return Err(AudioError::UnsupportedWav(format!(
-                "{format:?} with {bits} bits per sample"
+            return Err(AudioError::Unsupported(format!(
+                "a WAV of {format:?} samples of {bits} bits"
             )))
         }
     }
@@ -381,7 +389,11 @@ fn open_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<Opened, AudioE
             &FormatOptions::default(),
             &MetadataOptions::default(),
         )
-        .map_err(|e| AudioError::Decode(format!("unrecognised audio container: {e}")))?;
+        .map_err(|e| {
+            AudioError::Unsupported(format!(
+                "the bytes are in no audio container read here ({e})"
+            ))
+        })?;
     let format = probed.format;
     let track = format
         .tracks()
@@ -419,7 +431,7 @@ fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio
     let max_frames = usize::try_from(options.max_frames(rate)).unwrap_or(usize::MAX);
     let mut decoder = symphonia::default::get_codecs()
         .make(&params, &DecoderOptions::default())
-        .map_err(|e| AudioError::Decode(format!("unsupported codec: {e}")))?;
+        .map_err(|e| AudioError::Unsupported(format!("the stream's codec ({e})")))?;
     // A stated length (already within the bound) is reserved at once: grown to by doubling,
     // the buffer was copied at each growth, and a 30-minute FLAC peaked at 1.14 GB for its
     // 687 MB of samples. Pages not written cost no memory, so a header that overstates costs

@@ -2,6 +2,10 @@
 
 use super::constants::{MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 
+/// What the audio front end reads, as its refusals list it.
+pub const ACCEPTED: &str =
+    "WAV of 8-, 16-, 24- or 32-bit integer or 32-bit float PCM, FLAC, MP3 or Ogg Vorbis";
+
 /// Which decoded-sample limit a clip passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SampleLimit {
@@ -58,8 +62,10 @@ pub enum AudioError {
     },
     #[error("audio has no channels")]
     NoChannels,
-    #[error("unsupported WAV encoding: {0}")]
-    UnsupportedWav(String),
+    /// A clip in a container, codec or sample encoding this front end does not read; the
+    /// message lists what it reads, rather than the decoder library's own words.
+    #[error("unsupported audio: {0} (accepted: {ACCEPTED})")]
+    Unsupported(String),
     #[error("malformed or truncated WAV: {0}")]
     Wav(String),
     #[error("cannot decode audio: {0}")]

@@ -122,11 +122,21 @@ fn unsupported_rates_and_garbage_are_errors() {
         &AudioOptions::default(),
     )
     .unwrap_err();
-    assert!(matches!(err, AudioError::Decode(_)), "{err}");
-    // A RIFF/WAVE with an A-law format tag is refused as unsupported, not misread.
+    assert!(matches!(err, AudioError::Unsupported(_)), "{err}");
+    // A RIFF/WAVE with an A-law format tag, or of 64-bit floats, is refused as unsupported, not
+    // misread, and the refusal lists what is read.
     let mut alaw = wav_header(8000, 1, 8, 6, 1000);
     alaw.extend_from_slice(&[0; 1000]);
-    assert!(audio::features_from_bytes(&alaw, &AudioOptions::default()).is_err());
+    let mut float64 = wav_header(8000, 1, 64, 3, 8000);
+    float64.extend_from_slice(&[0; 8000]);
+    for (what, clip) in [("A-law", alaw), ("64-bit float", float64)] {
+        let err = audio::features_from_bytes(&clip, &AudioOptions::default()).unwrap_err();
+        assert!(matches!(err, AudioError::Unsupported(_)), "{what}: {err}");
+        assert!(
+            err.to_string().contains("accepted: WAV of 8-"),
+            "{what}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -26,7 +26,16 @@ pub fn decode_rgb(bytes: &[u8], options: &ImageOptions) -> Result<RgbImage, Imag
     // A decoder panic on a malformed file becomes an error, as for audio.
     let image = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.decode()))
         .map_err(|_| ImageError::Decode("decoder failed on malformed input".into()))?
-        .map_err(|e| ImageError::Decode(e.to_string()))?;
+        .map_err(|e| match e {
+            // The header's size passed, so the file holds more than it states (a GIF frame
+            // larger than its screen): name the limit that stopped it.
+            image::ImageError::Limits(_) => ImageError::Decode(format!(
+                "the image holds more than its header states, over what max_image_pixels = {} \
+                 allows to decode",
+                options.max_pixels
+            )),
+            e => ImageError::Decode(e.to_string().trim_end().to_owned()),
+        })?;
     Ok(to_rgb_on_white(image))
 }
 
@@ -55,6 +64,7 @@ fn header(bytes: &[u8], options: &ImageOptions) -> Result<(ImageFormat, u32, u32
     }
     let (width, height) = match format {
         ImageFormat::Png => png_dimensions(bytes)?,
+        ImageFormat::WebP => webp_dimensions(bytes)?,
         _ => ImageReader::with_format(Cursor::new(bytes), format)
             .into_dimensions()
             .map_err(|e| ImageError::Decode(e.to_string()))?,
@@ -109,6 +119,32 @@ fn without_icc_profile(bytes: &[u8]) -> Cow<'_, [u8]> {
         }
     }
     Cow::Owned(kept)
+}
+
+/// A WebP's dimensions, from its first chunk (VP8X's canvas, or the frame header of a simple
+/// lossy or lossless file). Not through the decoder, which refuses a canvas over its own bound
+/// as "Image too large" before our limit could name itself.
+fn webp_dimensions(bytes: &[u8]) -> Result<(u32, u32), ImageError> {
+    let malformed = || ImageError::Decode("malformed WebP header".into());
+    // RIFF, size (4), WEBP, then the chunk: its FourCC, size (4) and data.
+    let kind = bytes.get(12..16).ok_or_else(malformed)?;
+    let data = bytes.get(20..).ok_or_else(malformed)?;
+    let le = |at: usize, n: usize| -> Result<u32, ImageError> {
+        let field = data.get(at..at + n).ok_or_else(malformed)?;
+        Ok(field.iter().rev().fold(0, |v, &b| (v << 8) | u32::from(b)))
+    };
+    match kind {
+        // Canvas width − 1 and height − 1, 24 bits each, after 4 bytes of flags.
+        b"VP8X" => Ok((le(4, 3)? + 1, le(7, 3)? + 1)),
+        // A 3-byte frame tag, the start code 9d 01 2a, then 14-bit width and height.
+        b"VP8 " => Ok((le(6, 2)? & 0x3fff, le(8, 2)? & 0x3fff)),
+        // The signature 0x2f, then width − 1 and height − 1, 14 bits each.
+        b"VP8L" => {
+            let bits = le(1, 4)?;
+            Ok(((bits & 0x3fff) + 1, ((bits >> 14) & 0x3fff) + 1))
+        }
+        _ => Err(malformed()),
+    }
 }
 
 fn check_pixels(width: u32, height: u32, max_pixels: u64) -> Result<(), ImageError> {

@@ -1122,3 +1122,34 @@ fn an_icc_profile_bomb_is_not_inflated_by_the_header_probe() {
         "the decoder's header read grew only {decoder:.1} MB"
     );
 }
+
+/// A WebP whose VP8X canvas is 2^24 × 2^24 pixels (the format's most) in 30 bytes: refused
+/// naming `max_image_pixels`, as a PNG or JPEG header of that size is.
+#[test]
+fn a_webp_canvas_bomb_names_the_pixel_limit() {
+    let mut chunk = b"VP8X".to_vec();
+    chunk.extend(10u32.to_le_bytes());
+    chunk.extend([0, 0, 0, 0]); // flags, reserved
+    chunk.extend([0xff, 0xff, 0xff, 0xff, 0xff, 0xff]); // width − 1, height − 1 (24 bits each)
+    let mut webp = b"RIFF".to_vec();
+    webp.extend((4 + chunk.len() as u32).to_le_bytes());
+    webp.extend(b"WEBP");
+    webp.extend(chunk);
+    let err = image::decode::probe(&webp, &ImageOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("max_image_pixels"), "{err}");
+    let err = image::decode::decode_rgb(&webp, &ImageOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("max_image_pixels"), "{err}");
+}
+
+/// A 16 × 16 GIF whose one frame states 65535 × 65535 pixels: the screen size passes the pixel
+/// limit, the frame does not, and the refusal names the limit.
+#[test]
+fn a_gif_frame_larger_than_its_screen_names_the_pixel_limit() {
+    let mut gif = b"GIF89a".to_vec();
+    gif.extend([16, 0, 16, 0, 0, 0, 0]); // screen 16 x 16, no global colour table
+    gif.extend([0x2c, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x80]); // frame 65535², local table
+    gif.extend([0, 0, 0, 255, 255, 255]); // two colours
+    gif.extend([2, 2, 0x4c, 0x01, 0, 0x3b]); // LZW data, end of image, trailer
+    let err = image::decode::decode_rgb(&gif, &ImageOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("max_image_pixels"), "{err}");
+}

@@ -206,3 +206,24 @@ fn rgba_is_composited_on_white_like_pillow() {
     assert_eq!(got.len(), 3 * n);
     assert_eq!(got, want);
 }
+
+/// Real WebP files of each kind (`tests/data/README.md`): the size read from their headers is
+/// the decoder's, and they decode; the lossless one to its exact pixels.
+#[test]
+fn webp_files_of_every_kind_decode_at_their_header_size() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let read = |name: &str| std::fs::read(data.join(name)).unwrap();
+    for name in [
+        "lossy_37x13.webp",
+        "lossless_37x13.webp",
+        "alpha_lossy_37x13.webp",
+    ] {
+        let bytes = read(name);
+        let options = ImageOptions::default();
+        assert_eq!(decode::probe(&bytes, &options).unwrap(), (37, 13), "{name}");
+        let rgb = decode::decode_rgb(&bytes, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(rgb.dimensions(), (37, 13), "{name}");
+    }
+    let rgb = decode::decode_rgb(&read("lossless_37x13.webp"), &ImageOptions::default()).unwrap();
+    assert_eq!(rgb.as_raw(), &read("lossless_37x13.rgb"));
+}

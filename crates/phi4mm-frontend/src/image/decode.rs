@@ -12,6 +12,11 @@ use std::{borrow::Cow, io::Cursor};
 /// allocate more than the pixel limit allows).
 pub fn decode_rgb(bytes: &[u8], options: &ImageOptions) -> Result<RgbImage, ImageError> {
     let (format, width, height) = header(bytes, options)?;
+    if format == ImageFormat::Jpeg && !jpeg_is_complete(bytes) {
+        return Err(ImageError::Decode(
+            "the JPEG ends before its end-of-image marker (truncated)".into(),
+        ));
+    }
     let bytes = match format {
         ImageFormat::Png => without_icc_profile(bytes),
         _ => Cow::Borrowed(bytes),
@@ -119,6 +124,16 @@ fn without_icc_profile(bytes: &[u8]) -> Cow<'_, [u8]> {
         }
     }
     Cow::Owned(kept)
+}
+
+/// Whether a JPEG's last scan (its last start-of-scan marker, FF DA) is followed by the
+/// end-of-image marker (FF D9). The decoder fills what a cut file lacks with grey and says
+/// nothing; the reference, Pillow, refuses such a file as truncated. Scan data cannot hold FF D9
+/// (a data byte FF is written FF 00), and whatever follows the image (another image, as in
+/// MPO, or any trailer) is allowed.
+fn jpeg_is_complete(bytes: &[u8]) -> bool {
+    let last_scan = bytes.windows(2).rposition(|m| m == [0xff, 0xda]);
+    last_scan.is_some_and(|at| bytes[at..].windows(2).any(|m| m == [0xff, 0xd9]))
 }
 
 /// A WebP's dimensions, from its first chunk (VP8X's canvas, or the frame header of a simple

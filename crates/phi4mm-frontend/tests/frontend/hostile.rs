@@ -1153,3 +1153,28 @@ fn a_gif_frame_larger_than_its_screen_names_the_pixel_limit() {
     let err = image::decode::decode_rgb(&gif, &ImageOptions::default()).unwrap_err();
     assert!(err.to_string().contains("max_image_pixels"), "{err}");
 }
+
+/// A JPEG cut short is refused as truncated (the decoder would fill the rest with grey); the
+/// whole file decodes, also with bytes after its end.
+#[test]
+fn a_truncated_jpeg_is_refused() {
+    let pixels: Vec<u8> = (0..48 * 32 * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let mut jpeg = Vec::new();
+    ::image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
+        .encode(&pixels, 48, 32, ::image::ExtendedColorType::Rgb8)
+        .unwrap();
+    let options = ImageOptions::default();
+    assert_eq!(
+        image::decode::decode_rgb(&jpeg, &options)
+            .unwrap()
+            .dimensions(),
+        (48, 32)
+    );
+    let mut trailer = jpeg.clone();
+    trailer.extend(b"trailing bytes after the image");
+    assert!(image::decode::decode_rgb(&trailer, &options).is_ok());
+    for cut in [jpeg.len() * 3 / 4, jpeg.len() - 2] {
+        let err = image::decode::decode_rgb(&jpeg[..cut], &options).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{cut}: {err}");
+    }
+}

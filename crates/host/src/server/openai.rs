@@ -434,7 +434,7 @@ impl ChatRequest {
                                 Part::Image(decode_data_uri(&image_url.url, &param)?.into())
                             }
                             ContentPart::InputAudio { input_audio } => Part::Audio {
-                                data: decode_base64(&input_audio.data, &param)?.into(),
+                                data: decode_audio_data(&input_audio.data, &param)?.into(),
                                 format: input_audio.format.as_str().into(),
                             },
                         });
@@ -567,6 +567,21 @@ fn decode_data_uri(url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
     decode_base64(payload, param)
 }
 
+/// `input_audio.data`: plain base64, as OpenAI's API has it. A `data:` URI there (what
+/// `image_url` takes) is refused saying so, rather than as base64 with a bad symbol.
+fn decode_audio_data(payload: &str, param: &str) -> Result<Vec<u8>, ApiError> {
+    if payload
+        .get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("data:"))
+    {
+        return Err(ApiError::invalid_param(
+            param,
+            "input_audio.data takes the clip as plain base64, not as a data: URI",
+        ));
+    }
+    decode_base64(payload, param)
+}
+
 fn decode_base64(payload: &str, param: &str) -> Result<Vec<u8>, ApiError> {
     let trimmed: String = payload
         .chars()
@@ -586,6 +601,17 @@ mod tests {
         serde_json::from_str::<ChatRequest>(json)
             .unwrap()
             .to_plugin(7)
+    }
+
+    #[test]
+    fn audio_data_is_plain_base64_and_a_data_uri_there_is_named() {
+        assert_eq!(decode_audio_data("AAEC", "p").unwrap(), vec![0u8, 1, 2]);
+        let err = decode_audio_data("data:audio/wav;base64,AAEC", "p").unwrap_err();
+        assert!(
+            err.message.contains("not as a data: URI"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -41,6 +41,14 @@ pub trait StepBackend: Send + Sync + 'static {
     /// The most KV-cache memory, in bytes, one row of `positions` positions (prompt + generated
     /// tokens) can come to on this backend: what admission reserves from the KV pool.
     fn kv_bytes(&self, positions: usize) -> usize;
+
+    /// The prompt tokens a row's prefill costs the same for in one step as fewer would: a
+    /// backend that runs prefill in fixed-size calls pads a partial one. The scheduler cuts a
+    /// row's share of a step's prefill budget to a multiple of it, unless the share ends the
+    /// prompt.
+    fn prefill_granularity(&self) -> usize {
+        1
+    }
 }
 
 /// What greedy decoding of one prompt produced.

@@ -38,13 +38,11 @@ pub fn dispatch(
     // The wall-clock limit from the request's arrival: the plugin gets it as the deadline, and
     // the event stream ends the request there if the plugin does not.
     let timeout_secs = server.request_timeout_secs;
-    let timeout = Duration::from_secs_f64(timeout_secs);
-    let deadline = started + timeout;
-    // The plugin's deadline must not come before the host's, whose expiry is the request's 504
-    // (a plugin that ended it a millisecond early made it a 408 "cancelled"): counted from now
-    // rather than from the arrival, it comes later by the time the request took to parse (one
-    // clock read fewer), and it is rounded up.
-    let unix_ms = (SystemTime::now() + timeout)
+    let deadline = started + Duration::from_secs_f64(timeout_secs);
+    let unix_deadline = SystemTime::now() + deadline.saturating_duration_since(Instant::now());
+    // Rounded up: the plugin's deadline must not come before the host's, whose expiry is the
+    // request's 504 (a plugin that ended it a millisecond early made it a 408 "cancelled").
+    let unix_ms = unix_deadline
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos().div_ceil(1_000_000) as u64);
     submission.request.deadline_unix_ms = ROption::RSome(unix_ms);

@@ -72,9 +72,11 @@ fn open_wav<'a>(
                 .into(),
         ),
         // A well-formed WAV of a sample width hound does not read (64-bit float, 12-bit).
-        hound::Error::FormatError(m) if m.contains("bits per sample") => {
-            AudioError::Unsupported(format!("a WAV of that sample width ({m})"))
-        }
+        hound::Error::FormatError(
+            m @ ("bits per sample is not 32"
+            | "bits per sample is not a multiple of 8"
+            | "bits per sample is not 8 or 16"),
+        ) => AudioError::Unsupported(format!("a WAV of that sample width ({m})")),
         hound::Error::InvalidSampleFormat => {
             AudioError::Unsupported("a WAV of that sample width".into())
         }
@@ -389,10 +391,12 @@ fn open_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<Opened, AudioE
             &FormatOptions::default(),
             &MetadataOptions::default(),
         )
-        .map_err(|e| {
-            AudioError::Unsupported(format!(
+        .map_err(|e| match e {
+            symphonia::core::errors::Error::Unsupported(_) => AudioError::Unsupported(format!(
                 "the bytes are in no audio container read here ({e})"
-            ))
+            )),
+            // A container recognised, and its header broken or cut.
+            e => AudioError::Decode(format!("malformed audio container: {e}")),
         })?;
     let format = probed.format;
     let track = format
@@ -483,7 +487,15 @@ fn decode_symphonia(bytes: &[u8], options: &AudioOptions) -> Result<DecodedAudio
             });
         }
         if total > mono.capacity() {
-            let target = total.max(mono.capacity().saturating_mul(2)).min(max_frames);
+            // Doubling, and past half the bound straight to it: each growth copies the buffer,
+            // so the last one (from at most half the bound) peaks at 1.5x the bound's bytes,
+            // where doubling up to the bound could come to nearly 2x.
+            let doubled = total.max(mono.capacity().saturating_mul(2));
+            let target = if doubled > max_frames / 2 {
+                max_frames
+            } else {
+                doubled
+            };
             mono.reserve_exact(target - mono.len());
         }
         let needed = decoded.capacity() as u64;

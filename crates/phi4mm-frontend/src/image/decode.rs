@@ -106,7 +106,7 @@ fn without_icc_profile(bytes: &[u8]) -> Cow<'_, [u8]> {
     let chunks = || {
         let mut at = SIGNATURE;
         std::iter::from_fn(move || {
-            let head = bytes.get(at..at + 8)?;
+            let head = bytes.get(at..at.checked_add(8)?)?;
             let length = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
             let end = at.checked_add(12)?.checked_add(length)?;
             let chunk = (&head[4..8], at..end.min(bytes.len()));
@@ -126,14 +126,52 @@ fn without_icc_profile(bytes: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(kept)
 }
 
-/// Whether a JPEG's last scan (its last start-of-scan marker, FF DA) is followed by the
-/// end-of-image marker (FF D9). The decoder fills what a cut file lacks with grey and says
-/// nothing; the reference, Pillow, refuses such a file as truncated. Scan data cannot hold FF D9
-/// (a data byte FF is written FF 00), and whatever follows the image (another image, as in
-/// MPO, or any trailer) is allowed.
+/// Whether a JPEG reaches its end-of-image marker (FF D9), walked marker by marker from its
+/// start: each segment skipped by its length, each scan's coded data up to the next marker (in
+/// coded data a byte FF is written FF 00, and the restart markers FF D0–D7 stay inside the
+/// scan). The decoder fills what a cut file lacks with grey and says nothing; the reference,
+/// Pillow, refuses such a file as truncated. Whatever follows the image (another image, as in
+/// MPO, or a motion photo's video) is not looked at.
 fn jpeg_is_complete(bytes: &[u8]) -> bool {
-    let last_scan = bytes.windows(2).rposition(|m| m == [0xff, 0xda]);
-    last_scan.is_some_and(|at| bytes[at..].windows(2).any(|m| m == [0xff, 0xd9]))
+    let mut at = 2; // after the start-of-image marker, FF D8
+    loop {
+        // Fill bytes FF may precede a marker.
+        while bytes.get(at) == Some(&0xff) && bytes.get(at + 1) == Some(&0xff) {
+            at += 1;
+        }
+        let (Some(0xff), Some(&marker)) = (bytes.get(at), bytes.get(at + 1)) else {
+            return false;
+        };
+        at += 2;
+        match marker {
+            0xd9 => return true,
+            // Standalone markers: no length.
+            0x01 | 0xd0..=0xd7 => continue,
+            _ => {}
+        }
+        let Some(length) = bytes.get(at..at + 2) else {
+            return false;
+        };
+        at += usize::from(u16::from_be_bytes([length[0], length[1]]));
+        if marker == 0xda {
+            // The scan's coded data runs to the next marker that is not a restart.
+            loop {
+                let Some(ff) = bytes
+                    .get(at..)
+                    .and_then(|rest| rest.iter().position(|&b| b == 0xff))
+                else {
+                    return false;
+                };
+                at += ff;
+                match bytes.get(at + 1) {
+                    Some(0x00 | 0xd0..=0xd7) => at += 2,
+                    Some(0xff) => at += 1,
+                    Some(_) => break,
+                    None => return false,
+                }
+            }
+        }
+    }
 }
 
 /// A WebP's dimensions, from its first chunk (VP8X's canvas, or the frame header of a simple

@@ -1170,9 +1170,21 @@ fn a_truncated_jpeg_is_refused() {
             .dimensions(),
         (48, 32)
     );
-    let mut trailer = jpeg.clone();
-    trailer.extend(b"trailing bytes after the image");
-    assert!(image::decode::decode_rgb(&trailer, &options).is_ok());
+    // Whatever follows the image is not read: text, or binary data holding markers (a motion
+    // photo's video), whose last one is a start of scan.
+    for trailer in [
+        &b"trailing bytes after the image"[..],
+        &[0xff, 0xd9, 1, 0xff, 0xda, 0, 9],
+    ] {
+        let mut followed = jpeg.clone();
+        followed.extend(trailer);
+        assert!(
+            image::decode::decode_rgb(&followed, &options).is_ok(),
+            "{trailer:?}"
+        );
+    }
+    // Cut inside its header: the header read refuses it.
+    assert!(image::decode::decode_rgb(&jpeg[..jpeg.len() / 10], &options).is_err());
     for cut in [jpeg.len() * 3 / 4, jpeg.len() - 2] {
         let err = image::decode::decode_rgb(&jpeg[..cut], &options).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{cut}: {err}");

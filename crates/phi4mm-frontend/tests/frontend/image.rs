@@ -227,3 +227,24 @@ fn webp_files_of_every_kind_decode_at_their_header_size() {
     let rgb = decode::decode_rgb(&read("lossless_37x13.webp"), &ImageOptions::default()).unwrap();
     assert_eq!(rgb.as_raw(), &read("lossless_37x13.rgb"));
 }
+
+/// JPEGs whose structure the truncation check walks (`tests/data/README.md`): several scans, a
+/// restart marker after every block, a whole JPEG inside an APP1 segment. Each decodes whole,
+/// and each cut before its end is refused as truncated.
+#[test]
+fn jpegs_of_every_structure_decode_and_their_cuts_do_not() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    for name in [
+        "progressive_37x13.jpg",
+        "restarts_37x13.jpg",
+        "thumbnail_37x13.jpg",
+    ] {
+        let bytes = std::fs::read(data.join(name)).unwrap();
+        let options = ImageOptions::default();
+        let rgb = decode::decode_rgb(&bytes, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(rgb.dimensions(), (37, 13), "{name}");
+        let cut = &bytes[..bytes.len() - 2];
+        let err = decode::decode_rgb(cut, &options).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{name}: {err}");
+    }
+}

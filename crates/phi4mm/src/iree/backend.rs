@@ -173,4 +173,8 @@ impl StepBackend for IreeBackend {
     fn kv_bytes(&self, positions: usize) -> usize {
         self.decoder.kv_bytes(positions)
     }
+
+    fn prefill_granularity(&self) -> usize {
+        self.decoder.prefill_granularity()
+    }
 }

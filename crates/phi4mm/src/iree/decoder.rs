@@ -506,6 +506,11 @@ impl StepBackend for IreeDecoder {
         self.row_cache_bytes(positions).unwrap_or(usize::MAX)
     }
 
+    /// Each prefill call runs `iree.prefill_chunk` positions, zero-padded.
+    fn prefill_granularity(&self) -> usize {
+        self.shape.chunk
+    }
+
     fn step(&self, rows: &mut [StepRow<'_, IreeSequence>]) -> Vec<Vec<f32>> {
         let h = self.config.hidden_size;
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); rows.len()];

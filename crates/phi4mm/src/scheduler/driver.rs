@@ -188,9 +188,12 @@ fn publish<S>(st: &mut State, slots: &[Option<Row<S>>]) {
 /// `budget` (at least 1) in all: a max-min fair share. The shortest prompts take what they need
 /// first, and the longest take what is left, so a short request admitted beside a long prompt
 /// starts at once instead of waiting for that prompt's whole prefill (a chat behind a prompt of
-/// eight large images waited 79 s when the budget went to the rows in slot order). The whole
-/// budget goes out while any row needs it, and some row always advances.
-fn prefill_shares(remaining: &[usize], budget: usize) -> Vec<usize> {
+/// eight large images waited 79 s when the budget went to the rows in slot order), and no row
+/// waits for the others while the budget holds a token for each. A share that does not end its
+/// prompt is cut to a multiple of `granularity` (the backend's prefill call; what is cut goes to
+/// the longer rows), unless that leaves it nothing. Some row always advances.
+fn prefill_shares(remaining: &[usize], budget: usize, granularity: usize) -> Vec<usize> {
+    let granularity = granularity.max(1);
     let mut order: Vec<usize> = (0..remaining.len()).collect();
     // Stable: between equal prompts, slot order.
     order.sort_by_key(|&k| remaining[k]);
@@ -198,8 +201,12 @@ fn prefill_shares(remaining: &[usize], budget: usize) -> Vec<usize> {
     let mut left = budget;
     for (done, &k) in order.iter().enumerate() {
         let fair = left.div_ceil(order.len() - done);
-        shares[k] = remaining[k].min(fair);
-        left -= shares[k];
+        let mut take = remaining[k].min(fair);
+        if take < remaining[k] && take >= granularity {
+            take -= take % granularity;
+        }
+        shares[k] = take;
+        left -= take;
     }
     shares
 }
@@ -220,7 +227,9 @@ fn step<B: StepBackend>(
         .filter(|row| row.in_prefill())
         .map(|row| row.prompt_tokens - row.prefilled)
         .collect();
-    let mut shares = prefill_shares(&remaining, shared.config.prefill_chunk.max(1)).into_iter();
+    let budget = shared.config.prefill_chunk.max(1);
+    let granularity = backend.prefill_granularity();
+    let mut shares = prefill_shares(&remaining, budget, granularity).into_iter();
     let mut plan: Vec<(usize, usize)> = Vec::new(); // (slot, prompt tokens this step; 0 = decode)
     for (i, slot) in slots.iter().enumerate() {
         let Some(row) = slot else { continue };
@@ -337,7 +346,11 @@ fn step<B: StepBackend>(
 
 #[cfg(test)]
 mod tests {
-    use super::prefill_shares;
+    use super::prefill_shares as shares_of;
+
+    fn prefill_shares(remaining: &[usize], budget: usize) -> Vec<usize> {
+        shares_of(remaining, budget, 1)
+    }
 
     #[test]
     fn a_short_prompt_beside_a_long_one_is_prefilled_at_once() {
@@ -352,6 +365,16 @@ mod tests {
         assert_eq!(prefill_shares(&[1000, 100, 1000], 512), [206, 100, 206]);
         // Everything fits: each row gets what it needs.
         assert_eq!(prefill_shares(&[3, 5, 9], 512), [3, 5, 9]);
+    }
+
+    #[test]
+    fn partial_shares_are_whole_prefill_calls() {
+        // IREE's 64-position calls: nothing padded but a prompt's last call.
+        assert_eq!(shares_of(&[1000, 1000, 1000], 512, 64), [128, 192, 192]);
+        assert_eq!(shares_of(&[76_683, 7], 512, 64), [448, 7]);
+        assert_eq!(shares_of(&[100, 30], 512, 64), [100, 30]);
+        // A share smaller than one call is left as it is: the row still advances.
+        assert_eq!(shares_of(&[1000, 1000], 40, 64), [20, 20]);
     }
 
     #[test]

@@ -258,7 +258,7 @@ impl PluginModel for EchoModel {
 
     fn submit(&self, request: Request, sink: EventSinkBox) -> Result<(), PluginError> {
         let tokens = self.tokens_of(&request)?;
-        let hooks = Hooks::of(&tokens);
+        let hooks = Hooks::of(&tokens, self.prefix.as_deref().unwrap_or(""));
         if hooks.panic {
             panic!("the request asked for a panic");
         }
@@ -547,9 +547,15 @@ struct Hooks {
 }
 
 impl Hooks {
-    fn of(tokens: &[String]) -> Self {
+    /// The hooks in the words of `tokens`, whose text is each word after `prefix` (the tag,
+    /// which is the operator's and asks for nothing).
+    fn of(tokens: &[String], prefix: &str) -> Self {
         let mut hooks = Self::default();
-        for word in tokens.iter().filter(|w| w.contains('#')) {
+        let words = tokens.iter().map(|t| {
+            let t = t.strip_prefix(' ').unwrap_or(t);
+            t.strip_prefix(prefix).unwrap_or(t)
+        });
+        for word in words.filter(|w| w.contains('#')) {
             let panic_worker = word.contains("#panic-worker");
             hooks.panic_worker |= panic_worker;
             hooks.panic |= word.contains("#panic") && !panic_worker;

@@ -394,6 +394,49 @@ fn serve_that_cannot_create_its_models_exits_1_and_leaves_no_plugin_copies() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// `switchyard run` leaves no plugin copies however it fails: a model it does not serve, a
+/// request its model refuses, a media file that is not there (named, and refused before any
+/// plugin is loaded).
+#[test]
+fn run_that_fails_leaves_no_plugin_copies() {
+    let dir = TempDir::new("cli-failed-run");
+    let cache = dir.path().join("cache");
+    let config = dir.path().join("run.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ncache_dir = \"{}\"\n[[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+             [[models]]\nname = \"bot\"\nplugin = \"echo\"\nkind = \"echo\"\n",
+            cache.display(),
+            plugin_lib("echo").display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let missing = dir.path().join("missing.png");
+    for (args, needle) in [
+        (vec!["--model", "nope", "--prompt", "x"], "nope"),
+        (
+            vec!["--model", "bot", "--prompt", "#panic"],
+            "refused the request",
+        ),
+        (
+            vec!["--model", "bot", "--image", missing.to_str().unwrap()],
+            "missing.png",
+        ),
+    ] {
+        let mut all = vec!["run", "--config", config];
+        all.extend(&args);
+        let (ok, _, err) = switchyard(&all);
+        assert!(!ok, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        let left: Vec<_> = std::fs::read_dir(cache.join("shadow"))
+            .map(|entries| entries.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{args:?} left behind: {left:?}");
+    }
+}
+
 /// A start whose instance is still being created at `reload_timeout_secs` (a warm-up of a
 /// minute here; a weights file on a hung mount in practice) exits with the timeout's error,
 /// rather than waiting for the plugin's thread.

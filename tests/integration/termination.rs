@@ -95,6 +95,12 @@ settings = {{ token_delay_ms = {TOKEN_DELAY_MS}, slots = {STREAMS} }}
         .chat(json!({"model": "echo-a", "messages": user("too late")}))
         .await;
     assert_eq!(reply.status, 503, "{:?}", reply.body);
+    // Retry-After, as every 503 carries: the client tries again, at another replica.
+    assert!(
+        !reply.retry_after.is_empty(),
+        "no Retry-After: {:?}",
+        reply.body
+    );
     assert!(
         reply.body["error"]["message"]
             .as_str()

@@ -54,14 +54,19 @@ impl Runtime {
 
     /// Builds a deployment from `config` and swaps it in; see the module docs.
     pub async fn apply(self: &Arc<Self>, config: ValidConfig) -> Result<ReloadReport, ReloadError> {
-        // Refused at once during a shutdown, which holds the turn while it drains.
+        // Refused at once during a shutdown, which holds the turn while it drains; and after
+        // the turn, for a shutdown drains the deployment it finds and nothing may be swapped in
+        // after it. Logged, not counted: nothing was tried.
+        let refused = || {
+            tracing::warn!("reload refused: the server is shutting down (SIGTERM)");
+            Err(ReloadError::ShuttingDown)
+        };
         if self.is_terminating() {
-            return Err(ReloadError::ShuttingDown);
+            return refused();
         }
         let _one_at_a_time = self.reload_turn().await;
-        // A shutdown drains the deployment it finds; nothing may be swapped in after it.
         if self.is_terminating() {
-            return Err(ReloadError::ShuttingDown);
+            return refused();
         }
         let started = Instant::now();
         let result = self.build_and_swap(config, started).await;

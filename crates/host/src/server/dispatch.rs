@@ -25,16 +25,19 @@ pub fn dispatch(
     started: Instant,
 ) -> Result<EventStream, ApiError> {
     let mut submission = request.into();
-    if runtime.is_terminating() {
-        return Err(ApiError::unavailable(
-            "the server is shutting down (SIGTERM); send the request to another replica",
-        ));
-    }
     // One snapshot of the deployment per resolve: each read of it touches a reference count
     // that every request shares.
     let mut deployment = runtime.current();
     let server = deployment.config.server();
     let retry_after = server.retry_after_secs;
+    if runtime.is_terminating() {
+        return Err(ApiError {
+            retry_after: Some(retry_after),
+            ..ApiError::unavailable(
+                "the server is shutting down (SIGTERM); send the request to another replica",
+            )
+        });
+    }
     // The wall-clock limit from the request's arrival: the plugin gets it as the deadline, and
     // the event stream ends the request there if the plugin does not.
     let timeout_secs = server.request_timeout_secs;

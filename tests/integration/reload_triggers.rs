@@ -134,3 +134,26 @@ async fn admin_on_the_main_listener_needs_the_bearer_token() {
         .unwrap();
     assert_eq!(reload.status(), 200);
 }
+
+/// A reload applies what it can and says which changed `[server]` keys wait for a restart.
+#[tokio::test]
+async fn a_reload_names_the_changed_keys_that_wait_for_a_restart() {
+    let server = Server::start(&config("first", "")).await;
+    server.rewrite_config(&config(
+        "second",
+        "max_connections = 7\nrequest_timeout_secs = 9",
+    ));
+    let (status, report) = server.reload().await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(label_served(&server).await, "second");
+    let log = server.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("take effect only at start"))
+        .unwrap_or_else(|| panic!("no restart warning in\n{log}"));
+    // request_timeout_secs applies on reload: not named.
+    assert!(
+        line.contains("max_connections") && !line.contains("request_timeout"),
+        "{line}"
+    );
+}

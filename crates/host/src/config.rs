@@ -230,6 +230,38 @@ fn default_max_body() -> usize {
 const DEFAULT_MAX_BUFFERED_BODY: usize = 1 << 30;
 
 impl ServerConfig {
+    /// The keys read only at start (`docs/configuration.md`) whose values `new` changes: a
+    /// reload applies everything else and logs these as waiting for a restart.
+    pub fn start_only_changes(&self, new: &ServerConfig) -> Vec<&'static str> {
+        let keys = [
+            ("listen", self.listen == new.listen),
+            ("admin_listen", self.admin_listen == new.admin_listen),
+            ("admin_token", self.admin_token == new.admin_token),
+            ("max_body_bytes", self.max_body_bytes == new.max_body_bytes),
+            (
+                "max_buffered_body_bytes",
+                self.max_buffered_body_bytes == new.max_buffered_body_bytes,
+            ),
+            (
+                "header_read_timeout_secs",
+                self.header_read_timeout_secs == new.header_read_timeout_secs,
+            ),
+            (
+                "body_read_timeout_secs",
+                self.body_read_timeout_secs == new.body_read_timeout_secs,
+            ),
+            (
+                "max_connections",
+                self.max_connections == new.max_connections,
+            ),
+            ("watch_config", self.watch_config == new.watch_config),
+            ("cache_dir", self.cache_dir == new.cache_dir),
+        ];
+        keys.into_iter()
+            .filter_map(|(key, same)| (!same).then_some(key))
+            .collect()
+    }
+
     /// The bytes of request bodies that may be held at once (`max_buffered_body_bytes`).
     pub fn buffered_body_budget(&self) -> usize {
         self.max_buffered_body_bytes

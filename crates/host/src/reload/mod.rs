@@ -220,6 +220,20 @@ impl Runtime {
             plugins: used.clone(),
         });
 
+        if previous.generation > 0 {
+            let waiting = previous
+                .config
+                .server()
+                .start_only_changes(self.current().config.server());
+            if !waiting.is_empty() {
+                tracing::warn!(
+                    keys = ?waiting,
+                    "these [server] keys changed, and take effect only at start: restart to \
+                     apply them"
+                );
+            }
+        }
+
         // Drain what the new deployment no longer uses, in the background.
         let retiring: Vec<Arc<Instance>> = previous
             .instances()

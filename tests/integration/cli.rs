@@ -253,6 +253,7 @@ fn config_check_has_each_plugin_check_its_models_settings() {
                 "checkpoint = \"ckpt/model\", backend = \"tpu\"",
                 "checkpoint = \"ckpt/model\", slots = 100000000",
                 "checkpoint = \"ckpt/model\", threads = 5000",
+                "checkpoint = \"ckpt/model\", backend = \"iree\", iree = { compiler = \"/nowhere/libIREECompiler.so\" }",
             ],
         ),
     );
@@ -268,6 +269,14 @@ fn config_check_has_each_plugin_check_its_models_settings() {
         "unknown variant `tpu`",
         "models[3].settings (m3): slots must be in 1..=1024",
         "models[4].settings (m4): threads and media_threads must be in 1..=1024",
+        // As `serve` would refuse it: the IREE compiler is looked for (in a build without
+        // the backend, the backend itself is refused).
+        "models[5].settings (m5)",
+        if cfg!(feature = "iree") {
+            "/nowhere/libIREECompiler.so"
+        } else {
+            "has no IREE backend"
+        },
     ] {
         assert!(err.contains(needle), "{needle:?} not in {err}");
     }

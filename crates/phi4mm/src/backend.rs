@@ -86,7 +86,14 @@ pub fn check_available(
     producer: ProducerKind,
     iree: &IreeSettings,
 ) -> Result<(), BackendError> {
-    resolve(kind, iree)?;
+    let resolved = resolve(kind, iree)?;
+    // The IREE backend needs its compiler whatever the cache holds (the compiler's identity
+    // names every module): a check that did not look for it passed what creation refused.
+    #[cfg(feature = "iree")]
+    if resolved == BackendKind::Iree {
+        crate::iree::compiler::IreeCompiler::library(iree.compiler.as_deref())?;
+    }
+    let _ = resolved;
     if producer == ProducerKind::Mlx && !cfg!(feature = "mlx") {
         return Err(BackendError::MlxNotBuilt);
     }

@@ -153,8 +153,8 @@ impl RequestLimits {
             return over(
                 text_field,
                 format!(
-                    "the prompt has {text_bytes} bytes of text, over this model's limit \
-                     max_prompt_bytes = {}",
+                    "the prompt has {text_bytes} bytes (its text, and 4 per token id), over \
+                     this model's limit max_prompt_bytes = {}",
                     self.max_prompt_bytes
                 ),
             );

@@ -1,6 +1,6 @@
 //! Errors of the audio front end.
 
-use super::constants::{MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
+use super::constants::{MAX_SAMPLE_MAGNITUDE, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 
 /// What the audio front end reads, as its refusals list it.
 pub const ACCEPTED: &str =
@@ -50,6 +50,10 @@ pub enum AudioError {
     },
     #[error("audio sample {index} is not finite ({value})")]
     NonFinite { index: usize, value: f64 },
+    #[error(
+        "audio sample {index} is {value:e}, beyond ±{MAX_SAMPLE_MAGNITUDE:e} (full scale is ±1)"
+    )]
+    OutOfRange { index: usize, value: f64 },
     #[error(
         "unsupported sample rate {0} Hz (accepted: {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz)"
     )]

@@ -22,7 +22,7 @@ mod resample_mode;
 
 use rayon::prelude::*;
 
-pub use constants::{MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, N_MELS};
+pub use constants::{MAX_SAMPLE_MAGNITUDE, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, N_MELS};
 pub use decode::{probe, ClipHeader, DecodedAudio};
 pub use error::{AudioError, SampleLimit};
 pub use options::{AudioOptions, AudioTokenRule};
@@ -98,23 +98,24 @@ pub fn features_from_samples(
     }
     let duration_s = samples.len() as f64 / f64::from(sample_rate);
     options.check_frames(samples.len() as u64, sample_rate)?;
-    // Blocks over the pool, then the first bad sample of the first bad block.
+    // Blocks over the pool, then the first bad sample of the first bad block. A NaN fails
+    // the comparison too.
     use crate::parallel::BLOCK;
-    let not_finite = |v: &f64| !v.is_finite();
+    let bad = |v: &f64| !(v.abs() <= constants::MAX_SAMPLE_MAGNITUDE);
     // Or-ed over runs of 64 samples without a branch per sample, so that it vectorises.
-    let any_not_finite = |block: &[f64]| {
+    let any_bad = |block: &[f64]| {
         block
             .chunks(64)
-            .any(|run| run.iter().fold(false, |bad, v| bad | not_finite(v)))
+            .any(|run| run.iter().fold(false, |found, v| found | bad(v)))
     };
-    if let Some(block) = samples.par_chunks(BLOCK).position_first(any_not_finite) {
-        let index = block * BLOCK
-            + samples[block * BLOCK..]
-                .iter()
-                .position(not_finite)
-                .unwrap_or(0);
+    if let Some(block) = samples.par_chunks(BLOCK).position_first(any_bad) {
+        let index = block * BLOCK + samples[block * BLOCK..].iter().position(bad).unwrap_or(0);
         let value = samples[index];
-        return Err(AudioError::NonFinite { index, value });
+        return Err(if value.is_finite() {
+            AudioError::OutOfRange { index, value }
+        } else {
+            AudioError::NonFinite { index, value }
+        });
     }
     let prepared = resample::prepare(samples, sample_rate, options.resample);
     let (features, frames) = match prepared.path {

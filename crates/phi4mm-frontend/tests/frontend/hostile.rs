@@ -103,6 +103,25 @@ fn nan_and_infinite_samples_are_errors() {
     ));
 }
 
+/// Float samples far beyond full scale are refused naming the bound: past about 1e15 the
+/// features saturated, and at 3e38 they came out all zero, a silent clip answered with 200.
+/// A hot clip, a little over full scale, is read as it is.
+#[test]
+fn samples_far_beyond_full_scale_are_refused() {
+    let mut samples = vec![0.1f32; 16000];
+    samples[500] = 3e38;
+    let bytes = wav(spec(16000, 1, 32, true), &samples);
+    let err = audio::features_from_bytes(&bytes, &AudioOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, AudioError::OutOfRange { index: 500, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("beyond ±1e6"), "{err}");
+    samples[500] = 2.0;
+    let bytes = wav(spec(16000, 1, 32, true), &samples);
+    assert!(audio::features_from_bytes(&bytes, &AudioOptions::default()).is_ok());
+}
+
 #[test]
 fn unsupported_rates_and_garbage_are_errors() {
     for rate in [4000, 7999, 400_000] {

@@ -98,10 +98,9 @@ pub fn features_from_samples(
     }
     let duration_s = samples.len() as f64 / f64::from(sample_rate);
     options.check_frames(samples.len() as u64, sample_rate)?;
-    // Blocks over the pool, then the first bad sample of the first bad block. A NaN fails
-    // the comparison too.
+    // Blocks over the pool, then the first bad sample of the first bad block.
     use crate::parallel::BLOCK;
-    let bad = |v: &f64| !(v.abs() <= constants::MAX_SAMPLE_MAGNITUDE);
+    let bad = |v: &f64| !v.is_finite() | (v.abs() > constants::MAX_SAMPLE_MAGNITUDE);
     // Or-ed over runs of 64 samples without a branch per sample, so that it vectorises.
     let any_bad = |block: &[f64]| {
         block

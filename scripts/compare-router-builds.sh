@@ -12,6 +12,7 @@
 # (scripts/bench-router.sh installs it under target/tools) and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/router-bench-lib.sh
 a=$(realpath "${1:?first build directory}")
 b=$(realpath "${2:?second build directory}")
 concurrency=${3:-64}
@@ -21,25 +22,10 @@ oha=$(realpath "${OHA:-${CARGO_TARGET_DIR:-target}/tools/bin/oha}")
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 ports=()
 for dir in "$a" "$b"; do
     port=$(free_port)
-    cat >"$work/$port.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-[[plugins]]
-name = "echo"
-path = "$dir/libswitchyard_plugin_echo.so"
-[[models]]
-name = "bot"
-plugin = "echo"
-kind = "echo"
-max_in_flight = 1024
-settings = { token_delay_ms = 0, slots = 256 }
-TOML
+    echo_config "$port" "$dir" >"$work/$port.toml"
     XDG_CACHE_HOME=$work/cache "$dir/switchyard" serve --config "$work/$port.toml" \
         >"$work/$port.log" 2>&1 &
     pids+=($!)
@@ -51,7 +37,7 @@ for dir in "$a" "$b"; do
     pids+=($!)
     ports+=("$port")
 done
-body='{"model":"bot","messages":[{"role":"user","content":"the quick brown fox jumps over the lazy dog"}]}'
+body=$ROUTER_BENCH_BODY
 rps() {
     "$oha" --no-tui --output-format json -z "${2}s" -c "$concurrency" -m POST \
         -H 'content-type: application/json' -d "$body" \
@@ -59,11 +45,7 @@ rps() {
         python3 -c 'import json, sys; print(json.load(sys.stdin)["summary"]["requestsPerSec"])'
 }
 for port in "${ports[@]}"; do
-    for _ in $(seq 100); do
-        curl -sf -o /dev/null -H 'content-type: application/json' -d "$body" \
-            "http://127.0.0.1:$port/v1/chat/completions" && break
-        sleep 0.1
-    done
+    wait_until_answering "$port" || true
     rps "$port" 1 >/dev/null # warm-up
 done
 : >"$work/rounds"

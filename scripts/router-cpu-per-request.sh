@@ -14,6 +14,7 @@
 # and python3. Prints one line per round and server, then a JSON line of medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/router-bench-lib.sh
 dirs=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     dirs+=("$(realpath "$1")")
@@ -31,25 +32,10 @@ baseline_bin=${dirs[0]}/router-baseline
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 names=() ports=() servers=()
 for dir in "${dirs[@]}"; do
     port=$(free_port)
-    cat >"$work/$port.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-[[plugins]]
-name = "echo"
-path = "$dir/libswitchyard_plugin_echo.so"
-[[models]]
-name = "bot"
-plugin = "echo"
-kind = "echo"
-max_in_flight = 1024
-settings = { token_delay_ms = 0, slots = 256 }
-TOML
+    echo_config "$port" "$dir" >"$work/$port.toml"
     XDG_CACHE_HOME=$work/cache taskset -c 1 "$dir/switchyard" serve --config "$work/$port.toml" \
         >"$work/$port.log" 2>&1 &
     pids+=($!) servers+=($!) ports+=("$port") names+=("$dir")
@@ -57,13 +43,9 @@ done
 port=$(free_port)
 taskset -c 1 "$baseline_bin" "127.0.0.1:$port" json >/dev/null 2>&1 &
 pids+=($!) servers+=($!) ports+=("$port") names+=(baseline)
-body='{"model":"bot","messages":[{"role":"user","content":"the quick brown fox jumps over the lazy dog"}]}'
+body=$ROUTER_BENCH_BODY
 for port in "${ports[@]}"; do
-    for _ in $(seq 100); do
-        curl -sf -o /dev/null -H 'content-type: application/json' -d "$body" \
-            "http://127.0.0.1:$port/v1/chat/completions" && break
-        sleep 0.1
-    done
+    wait_until_answering "$port" || true
 done
 ticks=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

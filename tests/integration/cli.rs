@@ -370,6 +370,13 @@ fn run_streams_one_answer_to_the_terminal() {
     assert!(err.contains("bot via echo@1.0.0"), "{err}");
 }
 
+/// The plugin copies left in the cache's `shadow/` (one directory per process that made some).
+fn shadow_copies(cache: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(cache.join("shadow"))
+        .map(|entries| entries.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
+
 #[test]
 fn serve_that_cannot_create_its_models_exits_1_and_leaves_no_plugin_copies() {
     let dir = TempDir::new("cli-failed-start");
@@ -397,9 +404,7 @@ fn serve_that_cannot_create_its_models_exits_1_and_leaves_no_plugin_copies() {
     assert!(!err.contains("keeps serving"), "{err}");
     // The library was copied into <cache>/shadow/<pid>/ to be loaded; a failed start removes
     // the copy as a clean exit does.
-    let left: Vec<_> = std::fs::read_dir(cache.join("shadow"))
-        .map(|entries| entries.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default();
+    let left = shadow_copies(&cache);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -439,9 +444,7 @@ fn run_that_fails_leaves_no_plugin_copies() {
         let (ok, _, err) = switchyard(&all);
         assert!(!ok, "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
-        let left: Vec<_> = std::fs::read_dir(cache.join("shadow"))
-            .map(|entries| entries.map(|e| e.unwrap().path()).collect())
-            .unwrap_or_default();
+        let left = shadow_copies(&cache);
         assert!(left.is_empty(), "{args:?} left behind: {left:?}");
     }
 }

@@ -62,7 +62,9 @@ fn config_check_accepts_good_and_names_bad_keys() {
     let (ok, out, err) = switchyard(&["config", "check", good.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("ok (1 plugins, 1 models, 0 routes; settings checked by their plugin for 1 of 1 models)"),
+        out.contains(
+            "ok (1 plugin, 1 model, 0 routes; settings checked by their plugin for 1 of 1)"
+        ),
         "{out}"
     );
 

@@ -77,24 +77,47 @@ async fn every_modality_and_both_endpoints_over_http() {
         .await;
     assert!(text.contains("transcript.text.done"), "{text}");
 
-    // Malformed media: a clear 400, and the instance keeps serving.
+    // Malformed media: a clear 400 whose `param` names the content part, and the instance keeps
+    // serving. A header that does not read is refused at admission.
+    let png = std::fs::read(fixture().join("inputs/img_small.png")).unwrap();
+    let good = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(&png)
+    );
     let bad = json!({"model": "phi4mm-tiny", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "compare"},
+        {"type": "image_url", "image_url": {"url": good}},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]});
     let reply = server.chat(bad).await;
     assert_eq!(reply.status, 400, "{:?}", reply.body);
+    assert_eq!(
+        reply.body["error"]["param"], "messages[0].content[2]",
+        "{:?}",
+        reply.body
+    );
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("image 1: "), "{message}");
     // Media whose header reads but whose data does not decode fails after admission, while the
     // plugin prepares it: streamed or not, the answer is the same 400 (not a 200 and an error
     // event), for the status waits for the request to start.
-    let png = std::fs::read(fixture().join("inputs/img_small.png")).unwrap();
     let cut = base64::engine::general_purpose::STANDARD.encode(&png[..png.len() / 2]);
     for stream in [false, true] {
-        let body = json!({"model": "phi4mm-tiny", "stream": stream, "messages": [{"role": "user",
-            "content": [{"type": "image_url",
+        let body = json!({"model": "phi4mm-tiny", "stream": stream, "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "image_url",
                          "image_url": {"url": format!("data:image/png;base64,{cut}")}}]}]});
         let reply = server.chat(body).await;
         assert_eq!(reply.status, 400, "stream {stream}: {:?}", reply.body);
+        assert_eq!(
+            reply.body["error"]["param"], "messages[1].content[0]",
+            "{:?}",
+            reply.body
+        );
         let message = reply.body["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains("image 0"), "stream {stream}: {message}");
+        assert!(
+            message.starts_with("image 0: "),
+            "stream {stream}: {message}"
+        );
     }
     // A clip whose header is sound and whose samples are not: one NaN in a second of floats.
     let mut nan = switchyard_fixtures::crafted::wav_header(16000, 1, 32, 3, 16000 * 4);
@@ -109,6 +132,29 @@ async fn every_modality_and_both_endpoints_over_http() {
         assert_eq!(status, 400, "stream {stream}: {body}");
         assert!(body.contains("not finite"), "stream {stream}: {body}");
     }
+    // The same clip as a chat's second audio part: its place is the error's `param`.
+    let clip = |data: &[u8]| {
+        json!({"type": "input_audio", "input_audio": {
+        "data": base64::engine::general_purpose::STANDARD.encode(data), "format": "wav"}})
+    };
+    let sound = std::fs::read(fixture().join("inputs/audio_16k.wav")).unwrap();
+    let reply = server
+        .chat(
+            json!({"model": "phi4mm-tiny", "messages": [{"role": "user", "content": [
+            clip(&sound), {"type": "text", "text": "and"}, clip(&nan)]}]}),
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    assert_eq!(
+        reply.body["error"]["param"], "messages[0].content[2]",
+        "{:?}",
+        reply.body
+    );
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("audio 1: ") && message.contains("not finite"),
+        "{message}"
+    );
     let reply = server.chat(json!({"model": "phi4mm-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "ok"}]})).await;
     assert_eq!(reply.status, 200);
 }

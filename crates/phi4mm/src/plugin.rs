@@ -394,14 +394,15 @@ impl Phi4mmModel {
         };
         // Tokenizing and reading the media headers here refuses malformed chats and media at
         // admission and gives the queue its real charge.
-        let charged = source.charge(&self.model, &self.prompt, &media_options)?;
+        let places = MediaPlaces::of(request);
+        let charged = source.charge(&self.model, &self.prompt, &media_options, &places)?;
         let max_new_tokens = self.max_new_tokens(request, charged);
         let (model, prompt) = (self.model.clone(), self.prompt.clone());
         let media = self.media.clone();
         let prepare = Box::new(move || {
             let input = source
                 .build(&model, &prompt, &media_options, &options)
-                .map_err(|e| RowError::Invalid(e.to_string()))?;
+                .map_err(|e| RowError::Invalid(places.error(&e).message.into()))?;
             (media.prepare_fn(input, max_new_tokens))()
         });
         let s = &request.sampling;
@@ -527,20 +528,20 @@ impl PromptSource {
         model: &Phi4mm,
         prompt: &Prompt,
         media: &MediaOptions,
+        places: &MediaPlaces,
     ) -> Result<usize, PluginError> {
-        let invalid = |e: &dyn std::fmt::Display| PluginError::invalid_request(e.to_string());
         match self {
             PromptSource::Messages(messages) => {
                 let ids = prompt
                     .encode_messages(messages, true)
-                    .map_err(|e| invalid(&e))?;
+                    .map_err(|e| PluginError::invalid_request(e.to_string()))?;
                 // One placeholder id per medium, replaced by the medium's tokens.
                 let text = ids
                     .ids
                     .len()
                     .saturating_sub(ids.images.len() + ids.audios.len());
                 let media = request::media_tokens(model, &ids.images, &ids.audios, media)
-                    .map_err(|e| invalid(&e))?;
+                    .map_err(|e| places.error(&e))?;
                 Ok(text + media)
             }
             PromptSource::Ids { input_ids, .. } => Ok(input_ids.len()),
@@ -568,6 +569,48 @@ impl PromptSource {
                 let audios: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
                 request::from_ids(input_ids.clone(), &images, &audios, media, adapter)
             }
+        }
+    }
+}
+
+/// Where each medium of a chat request sits, as `(message, part)`: images and audio each in order
+/// of appearance, the order the prompt binds them in. A refusal of one medium names its part,
+/// which the client sees as the error's `param`.
+#[derive(Default)]
+struct MediaPlaces {
+    images: Vec<(usize, usize)>,
+    audios: Vec<(usize, usize)>,
+}
+
+impl MediaPlaces {
+    fn of(request: &Request) -> Self {
+        let mut places = Self::default();
+        // A transcription's messages are the host's wrapping of its file, no client's parts.
+        if request.endpoint != Endpoint::Chat {
+            return places;
+        }
+        for (m, message) in request.messages.iter().enumerate() {
+            for (p, part) in message.parts.iter().enumerate() {
+                match part {
+                    Part::Image(_) => places.images.push((m, p)),
+                    Part::Audio { .. } => places.audios.push((m, p)),
+                    Part::Text(_) => {}
+                }
+            }
+        }
+        places
+    }
+
+    /// The refusal: blamed on the medium's part when one medium is at fault.
+    fn error(&self, e: &RequestError) -> PluginError {
+        let place = match e {
+            RequestError::Image { index, .. } => self.images.get(*index),
+            RequestError::Audio { index, .. } => self.audios.get(*index),
+            RequestError::Prompt(_) | RequestError::Limits(_) => None,
+        };
+        match place {
+            Some(&(message, part)) => PluginError::invalid_part(message, part, e),
+            None => PluginError::invalid_request(e.to_string()),
         }
     }
 }

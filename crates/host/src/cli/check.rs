@@ -143,14 +143,13 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
         eprintln!("note: {note}");
     }
     if problems.is_empty() {
+        let models = config.models().len();
         println!(
-            "{}: ok ({} plugins, {} models, {} routes; settings checked by their plugin for \
-             {checked} of {} models)",
+            "{}: ok ({}, {}, {}; settings checked by their plugin for {checked} of {models})",
             file.display(),
-            config.plugins().len(),
-            config.models().len(),
-            config.routes().len(),
-            config.models().len(),
+            counted(config.plugins().len(), "plugin"),
+            counted(models, "model"),
+            counted(config.routes().len(), "route"),
         );
         Ok(ExitCode::SUCCESS)
     } else {
@@ -160,6 +159,11 @@ pub fn config(file: PathBuf) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// `n` and the noun, plural unless `n` is 1: "1 plugin", "0 routes".
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// One model's settings, to be checked by its plugin.

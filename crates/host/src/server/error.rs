@@ -138,9 +138,21 @@ impl ApiError {
         )
     }
 
+    /// The client's error for a plugin's. One that blames a part of the request
+    /// ([`PluginError::blamed_part`]) names it in `param` as the chat content part the host made
+    /// that part from.
     pub fn from_plugin(error: &PluginError, retry_after: u32) -> Self {
-        let message = error.message.to_string();
-        match error.kind {
+        match error.blamed_part() {
+            Some(((message, part), rest)) => Self {
+                param: Some(format!("messages[{message}].content[{part}]")),
+                ..Self::from_plugin_kind(error.kind, rest.to_owned(), retry_after)
+            },
+            None => Self::from_plugin_kind(error.kind, error.message.to_string(), retry_after),
+        }
+    }
+
+    fn from_plugin_kind(kind: ErrorKind, message: String, retry_after: u32) -> Self {
+        match kind {
             ErrorKind::InvalidRequest => Self::invalid(message),
             ErrorKind::Unsupported => Self::new(
                 StatusCode::BAD_REQUEST,

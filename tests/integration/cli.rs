@@ -28,6 +28,15 @@ fn inspect_describes_compatible_and_incompatible_plugins() {
     assert_eq!(v["manifest"]["models"][0]["chat_modalities"][0], "text");
     assert_eq!(v["check"]["compatible"], true);
     assert_eq!(v["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(v["settings_check"], true, "{v}");
+
+    // Built against API 2.0, before the settings check.
+    let old = plugin_lib("echo_2_0");
+    let (ok, out, err) = switchyard(&["plugins", "inspect", old.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["check"]["compatible"], true, "{v}");
+    assert_eq!(v["settings_check"], false, "{v}");
 
     let bad = plugin_lib("incompatible");
     let (ok, out, err) = switchyard(&["plugins", "inspect", bad.to_str().unwrap()]);
@@ -224,7 +233,7 @@ fn config_check_has_each_plugin_check_its_models_settings() {
     );
     assert!(ok, "{err}");
     assert!(
-        out.contains("settings checked by their plugin for 0 of 1 models"),
+        out.contains("settings checked by their plugin for 0 of 1)"),
         "{out}"
     );
     assert!(
@@ -243,7 +252,7 @@ fn config_check_has_each_plugin_check_its_models_settings() {
         models_config(&phi4mm, "phi4mm", &["checkpoint = \"ckpt/model\""]),
     );
     assert!(ok, "{err}");
-    assert!(out.contains("for 1 of 1 models"), "{out}");
+    assert!(out.contains("for 1 of 1)"), "{out}");
     let (ok, _, err) = check(
         "phi4mm-bad.toml",
         models_config(
@@ -595,7 +604,7 @@ fn bare_relative_names_mean_the_working_directory() {
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("for 1 of 1 models"), "{stdout}");
+    assert!(stdout.contains("for 1 of 1)"), "{stdout}");
     let out = Command::new(switchyard_bin())
         .args(["plugins", "inspect", "echo.so"])
         .current_dir(dir.path())

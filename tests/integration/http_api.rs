@@ -338,6 +338,17 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
         .await;
     assert_eq!(reply.status, 500);
     assert_eq!(reply.body["error"]["code"], "plugin_panic");
+    // The instance refused by itself: the answer and the error series name it (the empty
+    // image above went to mirror-a, the route's image instance).
+    assert_eq!(reply.instance, "echo-a");
+    let metrics = server.metrics().await;
+    for series in [
+        r#"switchyard_request_errors_total{instance="echo-a",plugin_version="1.0.0",kind="plugin_panic"} 1"#,
+        r#"switchyard_request_errors_total{instance="mirror-a",plugin_version="0.3.0",kind="invalid_request"} 1"#,
+        r#"switchyard_request_errors_total{instance="",plugin_version="",kind="invalid_request"}"#,
+    ] {
+        assert!(metrics.contains(series), "{series} in\n{metrics}");
+    }
     let reply = server
         .chat(json!({"model": "chat", "messages": user("a #panic-worker b c")}))
         .await;

@@ -405,6 +405,19 @@ impl Metrics {
         self.count(&ServedBy::default(), model, endpoint, status, Some(kind));
     }
 
+    /// A request that one instance refused by itself at admission (its plugin's refusal, its
+    /// own cap), under that instance's labels.
+    pub fn request_refused_by(
+        &self,
+        served_by: &ServedBy,
+        model: &str,
+        endpoint: &'static str,
+        status: u16,
+        kind: &str,
+    ) {
+        self.count(served_by, model, endpoint, status, Some(kind));
+    }
+
     /// [`Self::count`] for a finished request, through the instance's own counters.
     fn count_finished(&self, series: &InstanceSeries, model: &str, endpoint: &'static str) {
         let mut finished = series.finished.lock().unwrap();

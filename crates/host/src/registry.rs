@@ -327,11 +327,7 @@ pub fn check_settings(
             "the kind, the settings or the config's directory holds a NUL byte".into(),
         ));
     };
-    // The symbol's type is fixed within this major version from 2.2 on; a library built
-    // against another API may export the name with another signature.
-    let manifest = read_manifest_json(path)?;
-    let api = manifest.api_version;
-    if !API_VERSION.accepts(api) || api.minor < CHECK_SETTINGS_SINCE_MINOR {
+    if !may_export_settings_check(path)? {
         return Ok(SettingsVerdict::NotChecked);
     }
     // SAFETY: the library declares an API this host accepts that has the symbol, whose
@@ -356,6 +352,30 @@ pub fn check_settings(
         };
         std::mem::forget(lib); // as for the manifest
         Ok(verdict)
+    }
+}
+
+/// Whether the library's API has the settings check symbol: its type is fixed within this
+/// major version from 2.2 on, and a library built against another API may export the name with
+/// another signature.
+fn may_export_settings_check(path: &Path) -> Result<bool, ManifestError> {
+    let api = read_manifest_json(path)?.api_version;
+    Ok(API_VERSION.accepts(api) && api.minor >= CHECK_SETTINGS_SINCE_MINOR)
+}
+
+/// Whether the library exports a settings check that this host calls (`plugins inspect`).
+pub fn exports_settings_check(path: &Path) -> Result<bool, ManifestError> {
+    if !may_export_settings_check(path)? {
+        return Ok(false);
+    }
+    // SAFETY: only looked up, not called.
+    unsafe {
+        let lib = libloading::Library::new(path).map_err(ManifestError::Open)?;
+        let found = lib
+            .get::<CheckSettingsFn>(CHECK_SETTINGS_SYMBOL.as_bytes())
+            .is_ok();
+        std::mem::forget(lib); // as for the manifest
+        Ok(found)
     }
 }
 

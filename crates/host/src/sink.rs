@@ -58,7 +58,8 @@ struct Shared {
 #[derive(Default)]
 struct State {
     unread: VecDeque<Event>,
-    /// The receiver is gone (the client disconnected), or the request was cancelled stalled.
+    /// The receiver is gone (the client disconnected), the request was cancelled stalled, or
+    /// its terminal event was sent.
     closed: bool,
     /// The sink is gone: after the unread events, the stream ends.
     ended: bool,
@@ -129,6 +130,9 @@ impl EventSink for ChannelSink {
             }
             return false;
         }
+        // The request is over after its terminal event: whatever a plugin sends later is a
+        // bug of its own, refused (`false`) rather than queued for nobody.
+        state.closed = matches!(event, Event::Finished { .. } | Event::Failed(_));
         state.unread.push_back(event);
         if state.unread.len() >= self.limits.capacity && state.stalled_since.is_none() {
             // The window is full: the stall's clock runs from now until the next read.
@@ -400,5 +404,26 @@ mod tests {
             read += 1;
         }
         assert_eq!(read, 10);
+    }
+
+    #[test]
+    fn nothing_is_taken_after_the_terminal_event() {
+        for terminal in [
+            Event::Finished {
+                reason: switchyard_plugin_api::FinishReason::Stop,
+                usage: Default::default(),
+            },
+            Event::Failed(PluginError::internal("broken")),
+        ] {
+            let (sink, mut rx) = channel(SinkLimits::default());
+            assert!(sink.send(started()));
+            assert!(sink.send(terminal.clone()));
+            assert!(!sink.send(started()), "a send after {terminal:?}");
+            assert!(!sink.send(terminal.clone()));
+            drop(sink);
+            assert_eq!(rx.try_recv(), Some(started()));
+            assert_eq!(rx.try_recv(), Some(terminal));
+            assert_eq!(rx.try_recv(), None);
+        }
     }
 }

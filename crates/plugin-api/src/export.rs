@@ -99,7 +99,9 @@ macro_rules! export_plugin {
     (manifest: $manifest:path, create: $create:path $(,)?) => {
         #[$crate::abi_stable::export_root_module]
         pub fn switchyard_plugin_root_module() -> $crate::PluginModRef {
-            extern "C" fn manifest() -> $crate::PluginManifest {
+            // Named so as not to shadow the plugin's own functions, which `$manifest` and
+            // `$create` may name `manifest` or `create_model`.
+            extern "C" fn __switchyard_manifest() -> $crate::PluginManifest {
                 // A manifest is built from constants; a panic here is a bug in the plugin and
                 // there is no error channel, so abort loudly rather than unwind across FFI.
                 match ::std::panic::catch_unwind($manifest) {
@@ -107,7 +109,7 @@ macro_rules! export_plugin {
                     Err(_) => ::std::process::abort(),
                 }
             }
-            extern "C" fn create_model(
+            extern "C" fn __switchyard_create_model(
                 kind: $crate::abi_stable::std_types::RStr<'_>,
                 settings: $crate::SettingsText,
                 services: $crate::HostServices,
@@ -116,8 +118,8 @@ macro_rules! export_plugin {
             }
             use $crate::abi_stable::prefix_type::PrefixTypeTrait;
             $crate::PluginMod {
-                manifest,
-                create_model,
+                manifest: __switchyard_manifest,
+                create_model: __switchyard_create_model,
             }
             .leak_into_prefix()
         }

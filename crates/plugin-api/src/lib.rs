@@ -29,6 +29,12 @@ pub mod v2_0;
 mod version;
 
 pub use abi_stable;
+
+/// The plugin authors' guide, `docs/plugin-abi.md`: its complete plugin is compiled as a
+/// doctest, so that the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/plugin-abi.md")]
+pub struct PluginAuthorsGuide;
 pub use check::{check_settings_glue, CheckSettingsFn, CHECK_SETTINGS_SYMBOL};
 pub use error::{ErrorKind, PluginError};
 pub use event::{

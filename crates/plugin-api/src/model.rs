@@ -109,7 +109,16 @@ impl<M: PluginModel> Model for Guarded<M> {
             stats.attach_resources(&self.0.resources());
             stats
         }))
-        .unwrap_or_default()
+        .unwrap_or_else(|payload| {
+            // Zeros, and why, where an operator looks (`/admin/status`'s details).
+            let error = PluginError::from_panic("stats", payload);
+            ModelStats {
+                details_json: serde_json::json!({ "error": error.message.as_str() })
+                    .to_string()
+                    .into(),
+                ..ModelStats::default()
+            }
+        })
     }
 
     fn drain(&self) {
@@ -124,5 +133,47 @@ impl<M: PluginModel> Model for Guarded<M> {
 impl<M: PluginModel> Guarded<M> {
     pub(crate) fn boxed(model: M) -> ModelBox {
         Model_TO::from_value(Guarded(model), abi_stable::sabi_trait::TD_Opaque)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model whose every call panics.
+    struct Broken;
+
+    impl PluginModel for Broken {
+        fn submit(&self, _: Request, _: EventSinkBox) -> Result<(), PluginError> {
+            panic!("submit is broken")
+        }
+        fn cancel(&self, _: u64) -> bool {
+            panic!("cancel is broken")
+        }
+        fn stats(&self) -> ModelStats {
+            panic!("stats is broken")
+        }
+        fn drain(&self) {
+            panic!("drain is broken")
+        }
+        fn shutdown(&self) {
+            panic!("shutdown is broken")
+        }
+    }
+
+    #[test]
+    fn a_panic_in_stats_reads_as_zeros_and_says_why_in_the_details() {
+        let model = Guarded::boxed(Broken);
+        let stats = model.stats();
+        assert_eq!((stats.running, stats.queued, stats.free_slots), (0, 0, 0));
+        let details: serde_json::Value = serde_json::from_str(&stats.details_json).unwrap();
+        assert_eq!(
+            details["error"], "plugin panicked in stats: stats is broken",
+            "{details}"
+        );
+        // The other calls answer neutrally.
+        assert!(!model.cancel(1));
+        model.drain();
+        model.shutdown();
     }
 }

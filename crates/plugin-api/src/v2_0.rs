@@ -130,13 +130,15 @@ macro_rules! export_plugin_v2_0 {
 
         #[$crate::abi_stable::export_root_module]
         pub fn switchyard_plugin_root_module() -> $crate::v2_0::PluginModRef {
-            extern "C" fn manifest() -> $crate::PluginManifest {
+            // Named so as not to shadow the plugin's own functions, which `$manifest` and
+            // `$create` may name `manifest` or `create_model`.
+            extern "C" fn __switchyard_manifest() -> $crate::PluginManifest {
                 match ::std::panic::catch_unwind(__switchyard_manifest_v2_0) {
                     Ok(m) => m,
                     Err(_) => ::std::process::abort(),
                 }
             }
-            extern "C" fn create_model(
+            extern "C" fn __switchyard_create_model(
                 kind: $crate::abi_stable::std_types::RStr<'_>,
                 settings: $crate::SettingsText,
                 services: $crate::HostServices,
@@ -146,8 +148,8 @@ macro_rules! export_plugin_v2_0 {
             }
             use $crate::abi_stable::prefix_type::PrefixTypeTrait;
             $crate::v2_0::PluginMod {
-                manifest,
-                create_model,
+                manifest: __switchyard_manifest,
+                create_model: __switchyard_create_model,
             }
             .leak_into_prefix()
         }

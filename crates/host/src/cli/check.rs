@@ -18,9 +18,11 @@ pub fn inspect(file: PathBuf) -> anyhow::Result<ExitCode> {
         Ok(label) => serde_json::json!({"compatible": true, "loaded_as": label}),
         Err(reason) => serde_json::json!({"compatible": false, "reason": reason}),
     };
+    let settings_check = registry::exports_settings_check(&file)?;
     let out = serde_json::json!({
         "file": file, "sha256": sha256, "manifest": manifest,
         "host_api_version": switchyard_plugin_api::API_VERSION.to_string(), "check": verdict,
+        "settings_check": settings_check,
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(ExitCode::SUCCESS)

@@ -4,15 +4,33 @@
 
 use super::{error::ApiError, event_stream::EventStream};
 use crate::{
-    instance::{Refusal, Submission},
+    instance::{Instance, Refusal, Submission},
     router::RouteError,
     runtime::Runtime,
 };
 use abi_stable::std_types::ROption;
 use axum::http::HeaderMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
 
 const RESOLVE_ATTEMPTS: usize = 3;
+
+/// A request no instance admitted: the client's error, and the instance whose own refusal
+/// ended the dispatch (its plugin refused the request, or it is over that instance's cap),
+/// which the response and the metrics then name. A refusal over all the candidates (all full,
+/// all draining) or before any (no such model) names none.
+pub struct Rejection {
+    pub error: ApiError,
+    pub by: Option<Arc<Instance>>,
+}
+
+impl From<ApiError> for Rejection {
+    fn from(error: ApiError) -> Self {
+        Self { error, by: None }
+    }
+}
 
 /// Call it through [`Runtime::parse_body`] (or [`Runtime::off_the_runtime`]), never directly on
 /// an async thread for a large request: a plugin's `submit` may do CPU work bounded only by the
@@ -23,7 +41,7 @@ pub fn dispatch(
     headers: &HeaderMap,
     request: impl Into<Submission>,
     started: Instant,
-) -> Result<EventStream, ApiError> {
+) -> Result<EventStream, Rejection> {
     let mut submission = request.into();
     // One snapshot of the deployment per resolve: each read of it touches a reference count
     // that every request shares.
@@ -36,7 +54,8 @@ pub fn dispatch(
             ..ApiError::unavailable(
                 "the server is shutting down (SIGTERM); send the request to another replica",
             )
-        });
+        }
+        .into());
     }
     // The wall-clock limit from the request's arrival: the plugin gets it as the deadline, and
     // the event stream ends the request there if the plugin does not.
@@ -74,14 +93,22 @@ pub fn dispatch(
                 Err(Refusal::Full(m)) => full = Some(m),
                 Err(Refusal::Unavailable(m)) => unavailable = Some(m),
                 Err(Refusal::Unsupported(m)) => unsupported = Some(m),
-                Err(Refusal::Failed(e)) => return Err(ApiError::from_plugin(&e, retry_after)),
+                Err(Refusal::Failed(e)) => {
+                    return Err(Rejection {
+                        error: ApiError::from_plugin(&e, retry_after),
+                        by: Some(instance.clone()),
+                    })
+                }
                 Err(Refusal::OverCap(cap)) => {
-                    return Err(ApiError::invalid_param(cap.param, cap.message))
+                    return Err(Rejection {
+                        error: ApiError::invalid_param(cap.param, cap.message),
+                        by: Some(instance.clone()),
+                    })
                 }
             }
         }
         if let Some(m) = full {
-            return Err(ApiError::overloaded(m, retry_after));
+            return Err(ApiError::overloaded(m, retry_after).into());
         }
         if unavailable.is_none() {
             if let Some(m) = unsupported {
@@ -90,18 +117,20 @@ pub fn dispatch(
                     "invalid_request_error",
                     "unsupported",
                     m,
-                ));
+                )
+                .into());
             }
         }
         // Only draining/stopped instances: a reload may have just swapped the table.
         if let Some(m) = unavailable {
             if runtime.current().generation == deployment.generation {
-                return Err(ApiError::unavailable(m));
+                return Err(ApiError::unavailable(m).into());
             }
         }
     }
     Err(ApiError::unavailable(format!(
         "model {} has no available instance",
         super::error::shown(model)
-    )))
+    ))
+    .into())
 }

@@ -6,7 +6,7 @@
 use super::{
     admin::is_json,
     chat::{parse_json, read_bytes},
-    dispatch::dispatch,
+    dispatch::{dispatch, Rejection},
     error::ApiError,
     event_stream::{EventStream, Step},
     outcome::Refused,
@@ -62,14 +62,18 @@ pub async fn admit<T: JsonRequest>(
     let (request, events) = runtime
         .parse_body(body.len(), move || {
             let request: T = parse_json(&body)?;
-            let events = request.to_submission(id).and_then(|submission| {
-                dispatch(&rt, request.model(), &headers, submission, started)
-            });
+            let events =
+                request
+                    .to_submission(id)
+                    .map_err(Rejection::from)
+                    .and_then(|submission| {
+                        dispatch(&rt, request.model(), &headers, submission, started)
+                    });
             Ok((request, events))
         })
         .await
         .map_err(Refused::unread)?;
-    let events = events.map_err(|e| Refused::new(runtime.model_label(request.model()), e))?;
+    let events = events.map_err(|r| Refused::rejected(runtime.model_label(request.model()), r))?;
     Ok(Admitted {
         request,
         events,

@@ -6,7 +6,7 @@
 //! call rather than a layer on their routes: a route layer boxed and cloned a service per
 //! request.
 
-use super::error::ApiError;
+use super::{dispatch::Rejection, error::ApiError};
 use crate::{instance::Instance, metrics::Metrics};
 use axum::{
     http::HeaderName,
@@ -40,6 +40,9 @@ pub struct Refused {
     /// The requested model, or empty when the request was not read far enough to know it.
     model: String,
     error: ApiError,
+    /// The instance whose own refusal it was ([`Rejection::by`]): the response's headers and
+    /// the refusal's metrics name it.
+    by: Option<Arc<Instance>>,
 }
 
 impl Refused {
@@ -47,6 +50,15 @@ impl Refused {
         Self {
             model: model.into(),
             error,
+            by: None,
+        }
+    }
+
+    /// What the dispatch refused.
+    pub fn rejected(model: &str, rejection: Rejection) -> Self {
+        Self {
+            by: rejection.by,
+            ..Self::new(model, rejection.error)
         }
     }
 
@@ -59,14 +71,19 @@ impl Refused {
 impl IntoResponse for Served {
     fn into_response(self) -> Response {
         let mut response = self.response;
-        let headers = response.headers_mut();
-        let names = [SERVED_BY_INSTANCE, SERVED_BY_PLUGIN];
-        for (name, value) in names.into_iter().zip(self.instance.served_by_headers()) {
-            if let Some(value) = value {
-                headers.insert(name, value.clone());
-            }
-        }
+        name_instance(&mut response, &self.instance);
         response
+    }
+}
+
+/// Puts the headers that name `instance` and its plugin version on `response`.
+fn name_instance(response: &mut Response, instance: &Instance) {
+    let headers = response.headers_mut();
+    let names = [SERVED_BY_INSTANCE, SERVED_BY_PLUGIN];
+    for (name, value) in names.into_iter().zip(instance.served_by_headers()) {
+        if let Some(value) = value {
+            headers.insert(name, value.clone());
+        }
     }
 }
 
@@ -78,10 +95,18 @@ pub fn respond(
 ) -> Response {
     match outcome {
         Ok(served) => served.into_response(),
-        Err(Refused { model, error }) => {
+        Err(Refused { model, error, by }) => {
             let code = error.code;
-            let response = error.into_response();
-            metrics.request_refused(&model, endpoint, response.status().as_u16(), code);
+            let mut response = error.into_response();
+            let status = response.status().as_u16();
+            match by {
+                Some(instance) => {
+                    name_instance(&mut response, &instance);
+                    let series = instance.request_series(metrics);
+                    metrics.request_refused_by(&series.served_by, &model, endpoint, status, code);
+                }
+                None => metrics.request_refused(&model, endpoint, status, code),
+            }
             response
         }
     }

@@ -238,7 +238,7 @@ async fn transcribe(
             admitted
         })
         .await
-        .map_err(|e| Refused::new(runtime.model_label(&model), e))?;
+        .map_err(|r| Refused::rejected(runtime.model_label(&model), r))?;
     let instance = events.instance().clone();
     let retry_after = runtime.retry_after_secs();
     let response = if form.stream {

@@ -40,11 +40,7 @@ async fn sighup_reloads_the_config_file() {
     let server = Server::start(&config("first", "")).await;
     assert_eq!(label_served(&server).await, "first");
     server.rewrite_config(&config("second", ""));
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &server.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    server.hang_up();
     wait_for_label(&server, "second").await;
     assert!(server.log().contains("SIGHUP: reloading the configuration"));
 }
@@ -74,11 +70,7 @@ async fn a_watched_config_file_reloads_once_when_it_changes() {
 async fn a_config_file_that_does_not_validate_fails_its_reload_in_the_log_and_the_metrics() {
     let server = Server::start(&config("first", "")).await;
     server.rewrite_config(&config("second", "bogus_key = 1"));
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &server.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    server.hang_up();
     let mut logged = false;
     for _ in 0..100 {
         logged = server.log().contains("reload failed");

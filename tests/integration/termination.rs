@@ -90,6 +90,8 @@ settings = {{ token_delay_ms = {TOKEN_DELAY_MS}, slots = {STREAMS} }}
     let ready: serde_json::Value = ready.json().await.unwrap();
     assert_eq!(ready["ready"], false);
     assert_eq!(ready["terminating"], true);
+    // A reload asked for during the drain is refused, and said so in the log (checked below).
+    server.hang_up();
     // New requests are refused with 503, on both generation endpoints.
     let reply = server
         .chat(json!({"model": "echo-a", "messages": user("too late")}))
@@ -140,6 +142,11 @@ settings = {{ token_delay_ms = {TOKEN_DELAY_MS}, slots = {STREAMS} }}
         .unwrap_or_else(|| panic!("still running {DRAIN_TIMEOUT_SECS} s after SIGTERM"));
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(signalled.elapsed() < Duration::from_secs(DRAIN_TIMEOUT_SECS));
+    let log = server.log();
+    assert!(
+        log.contains("reload refused: the server is shutting down (SIGTERM)"),
+        "{log}"
+    );
 }
 
 /// A reload that timed out leaves its plugin thread behind (here a warm-up of a minute; a

@@ -267,8 +267,17 @@ impl Server {
 
     /// Sends SIGTERM (what Kubernetes sends a pod it stops).
     pub fn terminate(&self) {
+        self.signal("-TERM");
+    }
+
+    /// Sends SIGHUP (reload the config).
+    pub fn hang_up(&self) {
+        self.signal("-HUP");
+    }
+
+    fn signal(&self, flag: &str) {
         let status = Command::new("kill")
-            .arg("-TERM")
+            .arg(flag)
             .arg(self.pid().to_string())
             .status()
             .expect("kill");

@@ -32,16 +32,22 @@ impl Harness {
     }
 
     fn with_kv(slots: usize, max_queued: usize, kv_cache: KvBudget) -> Self {
+        Self::with_config(SchedulerConfig {
+            slots,
+            max_queued,
+            kv_cache,
+            ..SchedulerConfig::default()
+        })
+    }
+
+    fn with_config(config: SchedulerConfig) -> Self {
         let backend = Arc::new(HostBackend(model()));
         let sched = Scheduler::start(
             backend.clone(),
             SchedulerConfig {
-                slots,
-                max_queued,
                 // One media thread: requests are prepared, and so take slots, in arrival order.
                 media_threads: 1,
-                kv_cache,
-                ..SchedulerConfig::default()
+                ..config
             },
             None,
         )
@@ -526,4 +532,42 @@ fn the_kv_pool_refuses_what_never_fits_and_what_must_wait() {
     h.wait("row 2 ends", |e| matches!(e, Ev::Done(2, _)));
     assert_eq!(h.records[&2].tokens, h.records[&1].tokens);
     assert_idle(&h.wait_stats("idle", |s| s.running == 0), 4);
+}
+
+/// The prefill budget of a step is shared fairly: a short prompt admitted beside a long one
+/// finishes its whole answer before the long prompt's prefill ends. (With the budget given in
+/// slot order, the long prompt in the lower slot took all of it, and the short one waited for
+/// its whole prefill.)
+#[test]
+fn a_short_prompt_beside_a_long_one_is_answered_before_the_long_prefill_ends() {
+    const PREFILL_CHUNK: usize = 32;
+    let mut h = Harness::with_config(SchedulerConfig {
+        slots: 3,
+        prefill_chunk: PREFILL_CHUNK,
+        ..SchedulerConfig::default()
+    });
+    const HOLD: u64 = 1; // holds the scheduler in its first token while the others arrive
+    const LONG: u64 = 2; // 684 prompt tokens: 22 steps of prefill alone
+    const SHORT: u64 = 3; // 21 prompt tokens
+    let (go, hold_gate) = gate();
+    let mut hold = h.sink(HOLD);
+    hold.pause_at = Some((1, hold_gate));
+    h.submit(HOLD, "text_speech", 4, hold).unwrap();
+    h.wait("the holder's first token", |e| {
+        matches!(e, Ev::Token(HOLD, _))
+    });
+    h.submit(LONG, "image_vision", 2, h.sink(LONG)).unwrap();
+    h.submit(SHORT, "text_base", 3, h.sink(SHORT)).unwrap();
+    // Both prepared: the next admission takes them into the same step, LONG in the lower slot.
+    h.wait_stats("both prepared", |s| s.ready == 2);
+    go.send(()).unwrap();
+    h.wait("the short answer", |e| matches!(e, Ev::Done(SHORT, _)));
+    let long = h.records.get(&LONG).map(|r| r.tokens.clone());
+    assert!(
+        long.as_ref().is_none_or(Vec::is_empty),
+        "the long prompt's tokens came before the short answer ended: {long:?}"
+    );
+    assert_eq!(h.records[&SHORT].tokens, case_tokens("text_base")[..3]);
+    h.wait("the long answer", |e| matches!(e, Ev::Done(LONG, _)));
+    assert_eq!(h.records[&LONG].tokens, case_tokens("image_vision")[..2]);
 }

@@ -345,9 +345,13 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
     for series in [
         r#"switchyard_request_errors_total{instance="echo-a",plugin_version="1.0.0",kind="plugin_panic"} 1"#,
         r#"switchyard_request_errors_total{instance="mirror-a",plugin_version="0.3.0",kind="invalid_request"} 1"#,
-        r#"switchyard_request_errors_total{instance="",plugin_version="",kind="invalid_request"}"#,
+        r#"switchyard_request_errors_total{instance="",plugin_version="",kind="invalid_request"} 3"#,
     ] {
-        assert!(metrics.contains(series), "{series} in\n{metrics}");
+        // A whole line: `} 1` must not match `} 10`.
+        assert!(
+            metrics.contains(&format!("{series}\n")),
+            "{series} in\n{metrics}"
+        );
     }
     let reply = server
         .chat(json!({"model": "chat", "messages": user("a #panic-worker b c")}))

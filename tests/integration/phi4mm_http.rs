@@ -131,6 +131,8 @@ async fn every_modality_and_both_endpoints_over_http() {
             .await;
         assert_eq!(status, 400, "stream {stream}: {body}");
         assert!(body.contains("not finite"), "stream {stream}: {body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["param"], "file", "stream {stream}: {body}");
     }
     // The same clip as a chat's second audio part: its place is the error's `param`.
     let clip = |data: &[u8]| {

@@ -1,7 +1,7 @@
 //! The host's side of the event stream: plugin threads call [`ChannelSink::send`], which feeds a
 //! channel that the HTTP handler reads through an [`EventReceiver`]. When the handler is gone
 //! (client disconnected) the receiver is dropped and `send` returns false, which tells the plugin
-//! to cancel.
+//! to cancel; after the request's terminal event it returns false too.
 //!
 //! **`send` never blocks.** A plugin thread may serve many requests at once (Phi4MM's scheduler
 //! steps all its rows together), so a client that stops reading must not hold it: when it did

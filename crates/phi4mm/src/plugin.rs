@@ -573,9 +573,9 @@ impl PromptSource {
     }
 }
 
-/// Where each medium of a chat request sits, as `(message, part)`: images and audio each in order
-/// of appearance, the order the prompt binds them in. A refusal of one medium names its part,
-/// which the client sees as the error's `param`.
+/// Where each medium of a request sits, as `(message, part)`: images and audio each in order of
+/// appearance, the order the prompt binds them in. A refusal of one medium names its part, which
+/// the client sees as the error's `param` (a chat's content part, a transcription's `file`).
 #[derive(Default)]
 struct MediaPlaces {
     images: Vec<(usize, usize)>,
@@ -585,10 +585,6 @@ struct MediaPlaces {
 impl MediaPlaces {
     fn of(request: &Request) -> Self {
         let mut places = Self::default();
-        // A transcription's messages are the host's wrapping of its file, no client's parts.
-        if request.endpoint != Endpoint::Chat {
-            return places;
-        }
         for (m, message) in request.messages.iter().enumerate() {
             for (p, part) in message.parts.iter().enumerate() {
                 match part {

@@ -82,8 +82,10 @@ pub enum Event {
 /// The host's per-request receiver of [`Event`]s. Plugins call it from their own threads.
 #[sabi_trait]
 pub trait EventSink: Send + Sync {
-    /// Delivers one event. Returns `false` when nobody listens any more (the client went away):
-    /// the plugin must then cancel the request and free its slot.
+    /// Delivers one event. Returns `false` when nobody listens any more (the client went away,
+    /// or stopped reading for the host's `event_send_timeout_secs`): the plugin must then cancel
+    /// the request and free its slot. After the request's `Finished` or `Failed` it returns
+    /// `false` too and drops the event: the request is over.
     #[sabi(last_prefix_field)]
     fn send(&self, event: Event) -> bool;
 }

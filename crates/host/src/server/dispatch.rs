@@ -2,7 +2,10 @@
 //! fallbacks. A request that meets only draining instances (a reload swapped the table between
 //! resolve and submit) is resolved again against the new table, so reloads fail no request.
 
-use super::{error::ApiError, event_stream::EventStream};
+use super::{
+    error::{ApiError, PartNames},
+    event_stream::EventStream,
+};
 use crate::{
     instance::{Instance, Refusal, Submission},
     router::RouteError,
@@ -69,6 +72,7 @@ pub fn dispatch(
         .map_or(0, |d| d.as_nanos().div_ceil(1_000_000) as u64);
     submission.request.deadline_unix_ms = ROption::RSome(unix_ms);
     let modality = submission.request.modality();
+    let names = PartNames::of(&submission);
     for attempt in 0..RESOLVE_ATTEMPTS {
         if attempt > 0 {
             let next = runtime.current();
@@ -95,7 +99,7 @@ pub fn dispatch(
                 Err(Refusal::Unsupported(m)) => unsupported = Some(m),
                 Err(Refusal::Failed(e)) => {
                     return Err(Rejection {
-                        error: ApiError::from_plugin(&e, retry_after),
+                        error: ApiError::from_plugin(&e, retry_after, names),
                         by: Some(instance.clone()),
                     })
                 }

@@ -1,12 +1,53 @@
 //! Errors in OpenAI's JSON shape: `{"error": {"message", "type", "param", "code"}}`.
 
+use crate::instance::Submission;
 use axum::{
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
 use serde_json::json;
-use switchyard_plugin_api::{ErrorKind, PluginError};
+use switchyard_plugin_api::{Endpoint, ErrorKind, PluginError};
+
+/// What the parts of a plugin request (`messages[i].parts[j]`) are called in the client's
+/// request, for an error that blames one ([`ApiError::from_plugin`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartNames {
+    /// A chat: message `i`'s part `j` is its content part `j` (a string content is its one
+    /// text part), for each of its `messages`.
+    Chat { messages: usize },
+    /// A transcription's one message: the form's `file`, then its `prompt`
+    /// (`crates/host/src/server/transcriptions.rs` builds it so).
+    Transcription,
+    /// A completion's prompt comes without messages.
+    Nothing,
+}
+
+impl PartNames {
+    pub fn of(submission: &Submission) -> Self {
+        match (&submission.prompt, submission.request.endpoint) {
+            (Some(_), _) => Self::Nothing,
+            (None, Endpoint::Chat) => Self::Chat {
+                messages: submission.request.messages.len(),
+            },
+            (None, Endpoint::Transcription) => Self::Transcription,
+        }
+    }
+
+    fn name(self, (message, part): (usize, usize)) -> Option<String> {
+        match self {
+            Self::Chat { messages } if message < messages => {
+                Some(format!("messages[{message}].content[{part}]"))
+            }
+            Self::Transcription if message == 0 => match part {
+                0 => Some("file".into()),
+                1 => Some("prompt".into()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -139,12 +180,15 @@ impl ApiError {
     }
 
     /// The client's error for a plugin's. One that blames a part of the request
-    /// ([`PluginError::blamed_part`]) names it in `param` as the chat content part the host made
-    /// that part from.
-    pub fn from_plugin(error: &PluginError, retry_after: u32) -> Self {
-        match error.blamed_part() {
-            Some(((message, part), rest)) => Self {
-                param: Some(format!("messages[{message}].content[{part}]")),
+    /// ([`PluginError::blamed_part`]) names, in `param`, the field of the client's request that
+    /// the host made that part from (`names`); a part it cannot name is left in the message.
+    pub fn from_plugin(error: &PluginError, retry_after: u32, names: PartNames) -> Self {
+        let blamed = error
+            .blamed_part()
+            .and_then(|(place, rest)| Some((names.name(place)?, rest)));
+        match blamed {
+            Some((param, rest)) => Self {
+                param: Some(param),
                 ..Self::from_plugin_kind(error.kind, rest.to_owned(), retry_after)
             },
             None => Self::from_plugin_kind(error.kind, error.message.to_string(), retry_after),
@@ -192,5 +236,35 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blamed_part_is_named_as_the_clients_field_or_left_in_the_message() {
+        let blame = |m, p| PluginError::invalid_part(m, p, "image 0: not a PNG");
+        let chat = PartNames::Chat { messages: 2 };
+        let e = ApiError::from_plugin(&blame(1, 3), 1, chat);
+        assert_eq!(e.param.as_deref(), Some("messages[1].content[3]"));
+        assert_eq!(e.message, "image 0: not a PNG");
+        assert_eq!(e.status.as_u16(), 400);
+        // A message the request does not have: named nowhere, the place stays in the text.
+        let e = ApiError::from_plugin(&blame(2, 0), 1, chat);
+        assert_eq!(e.param, None);
+        assert_eq!(e.message, "messages[2].parts[0]: image 0: not a PNG");
+        let names = |m, p| {
+            ApiError::from_plugin(&blame(m, p), 1, PartNames::Transcription)
+                .param
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            [names(0, 0), names(0, 1), names(0, 2), names(1, 0)],
+            ["file", "prompt", "", ""]
+        );
+        let e = ApiError::from_plugin(&blame(0, 0), 1, PartNames::Nothing);
+        assert_eq!(e.param, None);
     }
 }

@@ -11,7 +11,10 @@
 //! - dropping the stream before the end cancels the request inside the plugin (through the
 //!   [`Admission`]); reaching the end does not.
 
-use super::{error::ApiError, record::RequestRecord};
+use super::{
+    error::{ApiError, PartNames},
+    record::RequestRecord,
+};
 use crate::{
     instance::{Admission, Instance, InstanceState, Refusal, Submission},
     metrics::Metrics,
@@ -59,9 +62,9 @@ pub struct Answer {
 /// Why an admitted request did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
-    /// The plugin said so (`Event::Failed`).
+    /// The plugin said so (`Event::Failed`); with what the parts it may blame are called.
     #[error("{0}")]
-    Plugin(PluginError),
+    Plugin(PluginError, PartNames),
     #[error("the model sent a token without the log probabilities the request asked for")]
     MissingLogprobs,
     #[error("the model ended the request without finishing it")]
@@ -79,7 +82,7 @@ impl Failure {
     /// The error a client sees.
     pub fn to_api_error(&self, retry_after: u32) -> ApiError {
         match self {
-            Self::Plugin(error) => ApiError::from_plugin(error, retry_after),
+            Self::Plugin(error, names) => ApiError::from_plugin(error, retry_after, *names),
             Self::MissingLogprobs | Self::NoTerminalEvent => ApiError::internal(self.to_string()),
             Self::Cancelled(message) => ApiError::new(
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -116,6 +119,8 @@ pub struct EventStream {
     events: EventReceiver,
     record: RequestRecord,
     logprobs_wanted: bool,
+    /// What a part that the plugin's failure blames is called in the client's request.
+    part_names: PartNames,
     ended: bool,
     deadline: Option<Deadline>,
     /// When the batch of events being read was taken from the channel: the arrival time of
@@ -151,6 +156,7 @@ impl EventStream {
         let submission = request.into();
         let endpoint = submission.endpoint_name();
         let logprobs_wanted = submission.request.logprobs.is_some();
+        let part_names = PartNames::of(&submission);
         let (admission, events) = instance.submit(submission)?;
         let series = instance.request_series(metrics);
         let record = RequestRecord::new(metrics.clone(), series, model, endpoint, started);
@@ -159,6 +165,7 @@ impl EventStream {
             events,
             record,
             logprobs_wanted,
+            part_names,
             ended: false,
             deadline: None,
             batch_taken: started,
@@ -332,10 +339,10 @@ impl EventStream {
             Some(Event::Started { prompt_tokens }) => self.record.started(*prompt_tokens),
             _ => {}
         }
-        let mut step = read(event, self.logprobs_wanted)?;
+        let mut step = read(event, self.logprobs_wanted, self.part_names)?;
         // The plugin got the host's deadline, and may see it pass before the host's timer
         // fires: then its cancellation is the host's 504, not a 408.
-        if let Step::Failed(Failure::Plugin(e)) = &step {
+        if let Step::Failed(Failure::Plugin(e, _)) = &step {
             let passed = self
                 .deadline
                 .as_ref()
@@ -387,7 +394,7 @@ impl EventStream {
 
 /// What one event (`None`: the channel closed) means for a request that did or did not ask for
 /// log probabilities; `None` for an event no caller formats.
-fn read(event: Option<Event>, logprobs_wanted: bool) -> Option<Step> {
+fn read(event: Option<Event>, logprobs_wanted: bool, names: PartNames) -> Option<Step> {
     Some(match event {
         Some(Event::Started { .. }) => return None,
         Some(Event::Token { text, logprobs, .. }) => match logprobs.into_option() {
@@ -398,7 +405,7 @@ fn read(event: Option<Event>, logprobs_wanted: bool) -> Option<Step> {
             },
         },
         Some(Event::Finished { reason, usage }) => Step::Finished { reason, usage },
-        Some(Event::Failed(error)) => Step::Failed(Failure::Plugin(error)),
+        Some(Event::Failed(error)) => Step::Failed(Failure::Plugin(error, names)),
         None => Step::Failed(Failure::NoTerminalEvent),
     })
 }
@@ -431,8 +438,13 @@ mod tests {
 
     #[test]
     fn tokens_carry_log_probabilities_exactly_when_asked() {
-        assert!(read(Some(Event::Started { prompt_tokens: 2 }), true).is_none());
-        match read(token(true), true) {
+        assert!(read(
+            Some(Event::Started { prompt_tokens: 2 }),
+            true,
+            PartNames::Nothing
+        )
+        .is_none());
+        match read(token(true), true, PartNames::Nothing) {
             Some(Step::Token { text, logprobs }) => {
                 assert_eq!(text.as_str(), "hi");
                 assert_eq!(logprobs.map(|l| l.sampled.id), Some(3));
@@ -440,15 +452,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            read(token(true), false),
+            read(token(true), false, PartNames::Nothing),
             Some(Step::Token { logprobs: None, .. })
         ));
         assert!(matches!(
-            read(token(false), false),
+            read(token(false), false, PartNames::Nothing),
             Some(Step::Token { logprobs: None, .. })
         ));
         assert!(matches!(
-            read(token(false), true),
+            read(token(false), true, PartNames::Nothing),
             Some(Step::Failed(Failure::MissingLogprobs))
         ));
     }
@@ -463,7 +475,7 @@ mod tests {
             },
         };
         assert!(matches!(
-            read(Some(finished), false),
+            read(Some(finished), false, PartNames::Nothing),
             Some(Step::Finished {
                 reason: FinishReason::Length,
                 usage: Usage {
@@ -473,28 +485,30 @@ mod tests {
             })
         ));
         let failed = Event::Failed(PluginError::overloaded("queue full"));
-        match read(Some(failed), false) {
-            Some(Step::Failed(Failure::Plugin(e))) => assert_eq!(e.message.as_str(), "queue full"),
+        match read(Some(failed), false, PartNames::Nothing) {
+            Some(Step::Failed(Failure::Plugin(e, _))) => {
+                assert_eq!(e.message.as_str(), "queue full")
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            read(None, false),
+            read(None, false, PartNames::Nothing),
             Some(Step::Failed(Failure::NoTerminalEvent))
         ));
     }
 
     #[test]
     fn failures_read_as_http_errors_and_are_recorded_by_kind() {
-        let overloaded = Failure::Plugin(PluginError::overloaded("queue full"));
+        let overloaded = Failure::Plugin(PluginError::overloaded("queue full"), PartNames::Nothing);
         let error = overloaded.to_api_error(7);
         assert_eq!(error.status.as_u16(), 429);
         assert_eq!(error.message, "queue full");
         assert_eq!(error.retry_after, Some(7));
         assert_eq!(overloaded.recorded_as(), (429, "overloaded"));
-        let panicked = Failure::Plugin(PluginError::new(
-            switchyard_plugin_api::ErrorKind::Panic,
-            "boom",
-        ));
+        let panicked = Failure::Plugin(
+            PluginError::new(switchyard_plugin_api::ErrorKind::Panic, "boom"),
+            PartNames::Nothing,
+        );
         assert_eq!(panicked.recorded_as(), (500, "plugin_panic"));
 
         let error = Failure::NoTerminalEvent.to_api_error(1);

@@ -13,7 +13,8 @@ pub fn inspect(file: PathBuf) -> anyhow::Result<ExitCode> {
     let sha256 = registry::file_sha256(&file)?;
     let text = registry::read_manifest_text(&file)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let manifest: serde_json::Value = serde_json::from_str(&text)?;
+    let manifest: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: the manifest is not JSON: {e}", file.display()))?;
     let verdict = match load_as_serving_would("inspected", &file)? {
         Ok(label) => serde_json::json!({"compatible": true, "loaded_as": label}),
         Err(reason) => serde_json::json!({"compatible": false, "reason": reason}),

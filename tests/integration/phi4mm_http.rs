@@ -7,7 +7,7 @@ use base64::Engine as _;
 use serde_json::json;
 use std::time::Duration;
 use switchyard_fixtures::{fixture, manifest, model_cases};
-use switchyard_integration_tests::{phi4mm_lib, Server};
+use switchyard_integration_tests::{phi4mm_lib, ChatReply, Server};
 
 fn config() -> String {
     format!(
@@ -24,6 +24,18 @@ settings = {{ checkpoint = "{ckpt}", slots = 2, default_max_tokens = 8 }}
         lib = phi4mm_lib().display(),
         ckpt = fixture().join("model").display()
     )
+}
+
+/// A 400 that names the refused content part in `param`, with a message that starts with
+/// `starts` (the medium, as the plugin counts it) and holds `holds`.
+fn assert_part_refused(reply: &ChatReply, param: &str, starts: &str, holds: &str) {
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    assert_eq!(reply.body["error"]["param"], param, "{:?}", reply.body);
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(starts) && message.contains(holds),
+        "{message}"
+    );
 }
 
 fn input(name: &str) -> String {
@@ -88,15 +100,12 @@ async fn every_modality_and_both_endpoints_over_http() {
         {"type": "text", "text": "compare"},
         {"type": "image_url", "image_url": {"url": good}},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]});
-    let reply = server.chat(bad).await;
-    assert_eq!(reply.status, 400, "{:?}", reply.body);
-    assert_eq!(
-        reply.body["error"]["param"], "messages[0].content[2]",
-        "{:?}",
-        reply.body
+    assert_part_refused(
+        &server.chat(bad).await,
+        "messages[0].content[2]",
+        "image 1: ",
+        "",
     );
-    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("image 1: "), "{message}");
     // Media whose header reads but whose data does not decode fails after admission, while the
     // plugin prepares it: streamed or not, the answer is the same 400 (not a 200 and an error
     // event), for the status waits for the request to start.
@@ -107,17 +116,7 @@ async fn every_modality_and_both_endpoints_over_http() {
             {"role": "user", "content": [{"type": "image_url",
                          "image_url": {"url": format!("data:image/png;base64,{cut}")}}]}]});
         let reply = server.chat(body).await;
-        assert_eq!(reply.status, 400, "stream {stream}: {:?}", reply.body);
-        assert_eq!(
-            reply.body["error"]["param"], "messages[1].content[0]",
-            "{:?}",
-            reply.body
-        );
-        let message = reply.body["error"]["message"].as_str().unwrap_or_default();
-        assert!(
-            message.starts_with("image 0: "),
-            "stream {stream}: {message}"
-        );
+        assert_part_refused(&reply, "messages[1].content[0]", "image 0: ", "");
     }
     // A clip whose header is sound and whose samples are not: one NaN in a second of floats.
     let mut nan = switchyard_fixtures::crafted::wav_header(16000, 1, 32, 3, 16000 * 4);
@@ -146,17 +145,7 @@ async fn every_modality_and_both_endpoints_over_http() {
             clip(&sound), {"type": "text", "text": "and"}, clip(&nan)]}]}),
         )
         .await;
-    assert_eq!(reply.status, 400, "{:?}", reply.body);
-    assert_eq!(
-        reply.body["error"]["param"], "messages[0].content[2]",
-        "{:?}",
-        reply.body
-    );
-    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.starts_with("audio 1: ") && message.contains("not finite"),
-        "{message}"
-    );
+    assert_part_refused(&reply, "messages[0].content[2]", "audio 1: ", "not finite");
     let reply = server.chat(json!({"model": "phi4mm-tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "ok"}]})).await;
     assert_eq!(reply.status, 200);
 }

@@ -400,22 +400,21 @@ impl Metrics {
         );
     }
 
-    /// A request refused before any instance took it (bad input, unknown model, all full, ...).
-    pub fn request_refused(&self, model: &str, endpoint: &'static str, status: u16, kind: &str) {
-        self.count(&ServedBy::default(), model, endpoint, status, Some(kind));
-    }
-
-    /// A request that one instance refused by itself at admission (its plugin's refusal, its
-    /// own cap), under that instance's labels.
-    pub fn request_refused_by(
+    /// A request refused at admission: under the labels of the instance that refused it by
+    /// itself (its plugin's refusal, its own cap), or under empty ones when no instance took it
+    /// (bad input, unknown model, all full, ...).
+    pub fn request_refused(
         &self,
-        served_by: &ServedBy,
+        by: Option<&ServedBy>,
         model: &str,
         endpoint: &'static str,
         status: u16,
         kind: &str,
     ) {
-        self.count(served_by, model, endpoint, status, Some(kind));
+        match by {
+            Some(by) => self.count(by, model, endpoint, status, Some(kind)),
+            None => self.count(&ServedBy::default(), model, endpoint, status, Some(kind)),
+        }
     }
 
     /// [`Self::count`] for a finished request, through the instance's own counters.
@@ -687,7 +686,7 @@ mod tests {
             error: Some("client_closed"),
             duration: Duration::from_millis(3),
         });
-        metrics.request_refused("", "transcription", 400, "invalid_request");
+        metrics.request_refused(None, "", "transcription", 400, "invalid_request");
         metrics.reload(false);
         let text = metrics.render(&Snapshot::default());
         for line in [

@@ -72,7 +72,6 @@ pub fn dispatch(
         .map_or(0, |d| d.as_nanos().div_ceil(1_000_000) as u64);
     submission.request.deadline_unix_ms = ROption::RSome(unix_ms);
     let modality = submission.request.modality();
-    let names = PartNames::of(&submission);
     for attempt in 0..RESOLVE_ATTEMPTS {
         if attempt > 0 {
             let next = runtime.current();
@@ -99,7 +98,7 @@ pub fn dispatch(
                 Err(Refusal::Unsupported(m)) => unsupported = Some(m),
                 Err(Refusal::Failed(e)) => {
                     return Err(Rejection {
-                        error: ApiError::from_plugin(&e, retry_after, names),
+                        error: ApiError::from_plugin(&e, retry_after, PartNames::of(&submission)),
                         by: Some(instance.clone()),
                     })
                 }

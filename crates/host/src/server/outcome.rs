@@ -99,14 +99,12 @@ pub fn respond(
             let code = error.code;
             let mut response = error.into_response();
             let status = response.status().as_u16();
-            match by {
-                Some(instance) => {
-                    name_instance(&mut response, &instance);
-                    let series = instance.request_series(metrics);
-                    metrics.request_refused_by(&series.served_by, &model, endpoint, status, code);
-                }
-                None => metrics.request_refused(&model, endpoint, status, code),
-            }
+            let series = by.map(|instance| {
+                name_instance(&mut response, &instance);
+                instance.request_series(metrics)
+            });
+            let served_by = series.as_ref().map(|s| &s.served_by);
+            metrics.request_refused(served_by, &model, endpoint, status, code);
             response
         }
     }

@@ -16,6 +16,9 @@ pub struct RequestRecord {
     started: Instant,
     /// When the last token came, if one did.
     last_token: Option<Instant>,
+    /// The prompt's tokens were counted (the first `Started`; a plugin that sends a second one
+    /// breaks the ABI's order, and its prompt is not counted twice).
+    prompt_counted: bool,
     /// HTTP-like status to record; [`CLIENT_CLOSED`] unless set otherwise.
     status: u16,
     error_kind: Option<&'static str>,
@@ -36,6 +39,7 @@ impl RequestRecord {
             endpoint,
             started,
             last_token: None,
+            prompt_counted: false,
             status: CLIENT_CLOSED,
             error_kind: None,
         }
@@ -43,7 +47,9 @@ impl RequestRecord {
 
     /// The plugin took the prompt in (`Event::Started`).
     pub fn started(&mut self, prompt_tokens: u32) {
-        self.series.vllm.prompt(prompt_tokens);
+        if !std::mem::replace(&mut self.prompt_counted, true) {
+            self.series.vllm.prompt(prompt_tokens);
+        }
     }
 
     /// A token arrived at `now`.
@@ -84,5 +90,34 @@ impl Drop for RequestRecord {
             error,
             duration,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{ServedBy, ServedLabels, Snapshot};
+
+    #[test]
+    fn a_second_started_does_not_count_the_prompt_again() {
+        let metrics = Metrics::new();
+        let served = ServedLabels {
+            model_name: "chat".into(),
+            instance: "a".into(),
+        };
+        let served_by = ServedBy {
+            instance: "a".into(),
+            plugin_version: "1.0.0".into(),
+        };
+        let series = Arc::new(metrics.instance_series(Arc::new(served), served_by));
+        let mut record =
+            RequestRecord::new(metrics.clone(), series, "chat", "chat", Instant::now());
+        record.started(7);
+        record.started(7);
+        record.finish(200);
+        drop(record);
+        let text = metrics.render(&Snapshot::default());
+        let line = r#"vllm:prompt_tokens_total{model_name="chat",instance="a"} 7"#;
+        assert!(text.contains(line), "{line} missing from:\n{text}");
     }
 }

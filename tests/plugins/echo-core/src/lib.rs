@@ -551,7 +551,13 @@ impl Hooks {
     /// which is the operator's and asks for nothing).
     fn of(tokens: &[String], prefix: &str) -> Self {
         let mut hooks = Self::default();
-        let words = tokens.iter().map(|t| {
+        // Words without a `#` are skipped before anything is stripped. Stripping the empty
+        // prefix (no tag) calls `memcmp` with length 0 on the dangling pointer of `""`, and
+        // glibc's AVX-512 `memcmp` takes about 100 ns for that on AMD's Zen 5 (the fault of
+        // its masked load is suppressed with a slow assist): nine of them were 0.5–1 µs of
+        // a 15 µs request in the router benchmark (scripts/bench-memcmp-assist.sh,
+        // docs/benchmarks.md).
+        let words = tokens.iter().filter(|t| t.contains('#')).map(|t| {
             let t = t.strip_prefix(' ').unwrap_or(t);
             t.strip_prefix(prefix).unwrap_or(t)
         });

@@ -66,6 +66,28 @@ async fn a_watched_config_file_reloads_once_when_it_changes() {
     );
 }
 
+/// The config path is a link to a file in another directory (a dotfiles checkout, a shared
+/// mount): an edit of that file in place, which changes nothing beside the link, reloads.
+#[tokio::test]
+async fn a_watched_config_behind_a_link_to_another_directory_reloads_when_its_target_changes() {
+    use std::os::unix::fs::symlink;
+    let dir = switchyard_integration_tests::TempDir::new("linked-config");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("real.toml"), "").unwrap();
+    symlink("elsewhere/real.toml", dir.path().join("switchyard.toml")).unwrap();
+    // `start_in` writes the config through the link, into `elsewhere/real.toml`.
+    let server = Server::start_in(dir, &config("first", "watch_config = true")).await;
+    assert_eq!(label_served(&server).await, "first");
+    std::fs::write(
+        elsewhere.join("real.toml"),
+        config("edited", "watch_config = true"),
+    )
+    .unwrap();
+    wait_for_label(&server, "edited").await;
+    assert!(server.log().contains("config file changed: reloading"));
+}
+
 #[tokio::test]
 async fn a_config_file_that_does_not_validate_fails_its_reload_in_the_log_and_the_metrics() {
     let server = Server::start(&config("first", "")).await;

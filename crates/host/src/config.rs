@@ -564,6 +564,13 @@ pub fn validate(
     })
     .unwrap_or_else(|_| base.to_path_buf());
     let mut errors = Vec::new();
+    if let Some(token) = &mut config.server.admin_token {
+        // A token read from a file (a Kubernetes Secret made with `--from-file`, `$(cat …)`)
+        // ends with a newline no client sends: kept, it would refuse every request.
+        if token.trim() != token {
+            *token = token.trim().to_string();
+        }
+    }
     let server = &config.server;
     if server.listen.parse::<SocketAddr>().is_err() {
         errors.push(format!(
@@ -581,7 +588,11 @@ pub fn validate(
         }
     }
     if matches!(&server.admin_token, Some(t) if t.len() < 16) {
-        errors.push("server.admin_token: must be at least 16 characters".into());
+        errors.push(
+            "server.admin_token: must be at least 16 characters (leading and trailing whitespace \
+             is not counted)"
+                .into(),
+        );
     }
     if server.max_body_bytes < 1024 {
         errors.push("server.max_body_bytes: must be at least 1024".into());
@@ -820,6 +831,23 @@ mod tests {
             "routes[0].fallbacks[0]",
         ] {
             assert!(all.contains(key), "{key} missing from:\n{all}");
+        }
+    }
+
+    #[test]
+    fn an_admin_token_read_from_a_file_loses_its_newline_and_blank_is_refused() {
+        let token = |value: &str| {
+            check(&format!("[server]\nadmin_token = {value:?}\n"))
+                .map(|c| c.server().admin_token.clone().unwrap())
+        };
+        assert_eq!(
+            token("abcdefghijklmnopqrstuvwx\n").unwrap(),
+            "abcdefghijklmnopqrstuvwx"
+        );
+        assert_eq!(token(" abcdefghijklmnop\r\n").unwrap(), "abcdefghijklmnop");
+        for short in ["                ", "abcdefghijklmno\n\n"] {
+            let err = token(short).unwrap_err();
+            assert!(err.to_string().contains("server.admin_token"), "{err}");
         }
     }
 

@@ -15,19 +15,24 @@
 //! counted as [`UNKNOWN_MODEL`]), so a client can neither forge lines nor add series.
 
 use prometheus_client::{
-    encoding::{text::encode, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
+    encoding::{
+        text::encode, EncodeGaugeValue, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
+        LabelValueEncoder, MetricEncoder,
+    },
     metrics::{
         counter::Counter,
         family::Family,
         gauge::Gauge,
         histogram::{exponential_buckets, Histogram},
+        MetricType,
     },
     registry::Registry,
 };
 use std::{
     collections::HashSet,
-    fmt::Write,
-    sync::{atomic::AtomicU64, Arc, Mutex},
+    fmt::{Debug, Write},
+    ops::AddAssign,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -509,14 +514,14 @@ impl Metrics {
         registry.register("reloads", reloads_help, self.0.reloads.clone());
 
         for (name, help, value) in PER_INSTANCE {
-            let family = Family::<InstanceLabels, Gauge>::default();
+            let mut family = GaugesInOrder::default();
             for i in &snapshot.instances {
-                family.get_or_create(&i.labels).set(value(i).into());
+                family.add(i.labels.clone(), i64::from(value(i)));
             }
             registry.register(name, help, family);
         }
-        let adapter_rows = Family::<AdapterLabels, Gauge>::default();
-        let instance_ready = Family::<StateLabels, Gauge>::default();
+        let mut adapter_rows = GaugesInOrder::default();
+        let mut instance_ready = GaugesInOrder::default();
         for i in &snapshot.instances {
             let InstanceLabels {
                 instance,
@@ -530,7 +535,7 @@ impl Metrics {
                     plugin_version: plugin_version.clone(),
                     adapter: Label::from(adapter.as_str()),
                 };
-                adapter_rows.get_or_create(&labels).set((*rows).into());
+                adapter_rows.add(labels, i64::from(*rows));
             }
             let labels = StateLabels {
                 instance: instance.clone(),
@@ -538,9 +543,7 @@ impl Metrics {
                 plugin_version: plugin_version.clone(),
                 state: i.state,
             };
-            instance_ready
-                .get_or_create(&labels)
-                .set(i64::from(i.ready));
+            instance_ready.add(labels, i64::from(i.ready));
         }
         registry.register("adapter_rows", "Running rows per adapter", adapter_rows);
         let ready_help = "1 when the instance is ready, by state";
@@ -572,9 +575,9 @@ impl Metrics {
     fn register_vllm(&self, registry: &mut Registry, snapshot: &Snapshot) {
         let serving = || snapshot.instances.iter().filter(|i| !i.retiring);
         let gauge = |value: fn(&InstanceGauges) -> f64| {
-            let family = Family::<ServedLabels, Gauge<f64, AtomicU64>>::default();
+            let mut family = GaugesInOrder::default();
             for i in serving() {
-                family.get_or_create(&i.served).set(value(i));
+                family.add(i.served.clone(), value(i));
             }
             family
         };
@@ -593,7 +596,7 @@ impl Metrics {
             "KV-cache usage as a fraction: 1 means 100 percent",
             gauge(|i| i.kv_usage),
         );
-        let lora = Family::<LoraLabels, Gauge<f64, AtomicU64>>::default();
+        let mut lora = GaugesInOrder::default();
         for i in serving() {
             if let Some(info) = &i.lora {
                 let labels = LoraLabels {
@@ -603,7 +606,7 @@ impl Metrics {
                     running_lora_adapters: Label::from(info.running.as_str()),
                     waiting_lora_adapters: Label::from(info.waiting.as_str()),
                 };
-                lora.get_or_create(&labels).set(info.changed_at);
+                lora.add(labels, info.changed_at);
             }
         }
         let lora_help = "Resident and waiting LoRA adapters; the value is when they last changed";
@@ -631,6 +634,47 @@ impl Metrics {
             "Time from arrival to the end of a request",
             v.e2e_latency.clone(),
         );
+    }
+}
+
+/// A gauge family built for one scrape, written in the order its series were added: the
+/// snapshot's, which is the configuration's, then the retired instances'. A `Family` writes its
+/// series in hash-map order, which changes from scrape to scrape, and an endpoint picker that
+/// takes the first series of a name (one model name served by two instances) would then read a
+/// different instance each time. A label set added twice (an instance reloaded with the same
+/// plugin version, still draining beside its successor) shows the sum: what both hold.
+#[derive(Debug)]
+struct GaugesInOrder<L, N>(Vec<(L, N)>);
+
+impl<L, N> Default for GaugesInOrder<L, N> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<L: PartialEq, N: AddAssign> GaugesInOrder<L, N> {
+    fn add(&mut self, labels: L, value: N) {
+        match self.0.iter_mut().find(|(l, _)| *l == labels) {
+            Some((_, sum)) => *sum += value,
+            None => self.0.push((labels, value)),
+        }
+    }
+}
+
+impl<L, N> EncodeMetric for GaugesInOrder<L, N>
+where
+    L: EncodeLabelSet + Debug,
+    N: EncodeGaugeValue + Debug,
+{
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, value) in &self.0 {
+            encoder.encode_family(labels)?.encode_gauge(value)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
     }
 }
 
@@ -813,6 +857,41 @@ mod tests {
             adapter_rows: Vec::new(),
             state: "ready",
             ready: true,
+        }
+    }
+
+    #[test]
+    fn gauge_series_come_in_the_snapshots_order_and_a_repeated_label_set_adds_up() {
+        let metrics = Metrics::new();
+        // Names whose hash-map order differs from this one in most scrapes.
+        let names = ["zeta", "alpha", "mid", "beta", "omega", "delta"];
+        let mut instances: Vec<_> = names.iter().map(|n| gauges(n, n, false, None)).collect();
+        // A retired instance with the current one's labels (reloaded, same version).
+        instances.push(gauges("alpha", "alpha", true, None));
+        let snapshot = Snapshot {
+            instances,
+            ..Snapshot::default()
+        };
+        for _ in 0..8 {
+            let text = metrics.render(&snapshot);
+            for family in ["vllm:num_requests_waiting{", "switchyard_in_flight{"] {
+                let order: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with(family))
+                    .map(|l| {
+                        l.split("instance=\"")
+                            .nth(1)
+                            .unwrap()
+                            .split('"')
+                            .next()
+                            .unwrap()
+                    })
+                    .collect();
+                assert_eq!(order, names, "{family} in:\n{text}");
+            }
+            let summed =
+                r#"switchyard_in_flight{instance="alpha",plugin="echo",plugin_version="1.0.0"} 6"#;
+            assert!(text.contains(summed), "{summed} missing from:\n{text}");
         }
     }
 

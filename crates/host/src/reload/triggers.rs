@@ -54,28 +54,49 @@ fn spawn_sighup_reloader(runtime: Arc<Runtime>, mut hup: tokio::signal::unix::Si
 const KUBERNETES_DATA_LINK: &str = "..data";
 
 /// Watches the config file's directory (editors replace files by rename, and the kubelet
-/// swaps a ConfigMap's `..data` link) and reloads after the writes settle.
+/// swaps a ConfigMap's `..data` link) and reloads after the writes settle. A config path that
+/// is a symlink into another directory has that directory watched too, for the file the link
+/// pointed to at start: an edit of the target in place changes no entry beside the link.
 fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> notify::Result<()> {
     use notify::{RecursiveMode, Watcher};
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let file_name = path.file_name().map(|n| n.to_os_string());
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    // Through a link to a file elsewhere: that file, and its directory. (A kubelet volume's
+    // target is in a subdirectory that each update replaces; its `..data` link beside the
+    // config path is what announces the update.)
+    let target = std::fs::canonicalize(&path)
+        .ok()
+        .filter(|t| t.parent() != std::fs::canonicalize(&dir).ok().as_deref());
+    let target_in_event = target.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event {
             if changes_content(&event.kind)
                 && event.paths.iter().any(|p| {
                     let name = p.file_name().map(|n| n.to_os_string());
-                    name == file_name || name.as_deref() == Some(KUBERNETES_DATA_LINK.as_ref())
+                    name == file_name
+                        || name.as_deref() == Some(KUBERNETES_DATA_LINK.as_ref())
+                        || target_in_event.as_deref() == Some(p.as_path())
                 })
             {
                 let _ = tx.send(());
             }
         }
     })?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    watcher.watch(dir, RecursiveMode::NonRecursive)?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    if let Some(target_dir) = target.as_deref().and_then(Path::parent) {
+        if let Err(e) = watcher.watch(target_dir, RecursiveMode::NonRecursive) {
+            tracing::warn!(
+                dir = %target_dir.display(),
+                error = %e,
+                "cannot watch the directory the config file links to; edits there reload only on SIGHUP"
+            );
+        }
+    }
     tokio::spawn(async move {
         let _keep_alive = watcher;
         while rx.recv().await.is_some() {

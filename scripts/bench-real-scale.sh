@@ -29,7 +29,7 @@ cargo build --release -p switchyard-phi4mm
 phi4mm="$target/release/phi4mm"
 if [ ! -f "$dir/vision-lora/adapter_model.safetensors" ]; then
     t0=$(date +%s.%N)
-    "$phi4mm" bench-checkpoint --preset phi4mm --out "$dir" >&2
+    "$phi4mm" bench-checkpoint --preset phi4mm --out "$dir" --force >&2
     echo "checkpoint written in $(echo "$(date +%s.%N) - $t0" | bc) s" >&2
 fi
 python3 - "$dir" tests/fixtures/phi4mm-tiny/model <<'PY'

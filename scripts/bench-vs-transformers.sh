@@ -38,7 +38,7 @@ py="$venv/bin/python"
 cargo build --release -p switchyard-phi4mm-cli --bin phi4mm
 phi4mm="$target/release/phi4mm"
 if [ ! -f "$ckpt/model.safetensors" ]; then
-    "$phi4mm" bench-checkpoint --out "$ckpt"
+    "$phi4mm" bench-checkpoint --out "$ckpt" --force
 fi
 
 out="$(mktemp -d)"

@@ -15,6 +15,6 @@ dir="${1:-target/phi4mm-bench-ckpt}"
 shift || true
 cargo build --release -p switchyard-phi4mm-cli --bin phi4mm
 if [ ! -f "$dir/model.safetensors" ]; then
-    ./target/release/phi4mm bench-checkpoint --out "$dir"
+    ./target/release/phi4mm bench-checkpoint --out "$dir" --force
 fi
 ./target/release/phi4mm bench --model "$dir" "$@"

@@ -44,9 +44,9 @@ rm -rf "$tmp/iree-cache" "$out/cache-bench"
 # Modules a few tests emit themselves: run them against the cache, which compiles them before
 # they find no GPU here.
 PHI4MM_TEST_IREE_DEVICE=cuda "$tests" iree_decoder::a_decode iree_decoder::both_mixed >/dev/null 2>&1 || true
-[ -f target/phi4mm-bench-ckpt/model.safetensors ] || "$phi4mm" bench-checkpoint --out target/phi4mm-bench-ckpt
+[ -f target/phi4mm-bench-ckpt/model.safetensors ] || "$phi4mm" bench-checkpoint --out target/phi4mm-bench-ckpt --force
 [ -f target/phi4mm-bench-ckpt-towers/model.safetensors ] \
-    || "$phi4mm" bench-checkpoint --out target/phi4mm-bench-ckpt-towers --vision-layers 3 --audio-blocks 2
+    || "$phi4mm" bench-checkpoint --out target/phi4mm-bench-ckpt-towers --vision-layers 3 --audio-blocks 2 --force
 for ckpt in target/phi4mm-bench-ckpt target/phi4mm-bench-ckpt-towers; do
     "$phi4mm" cache warm --model "$ckpt" --iree-device cuda --iree-context 152 --iree-cache-dir "$out/cache-bench"
 done

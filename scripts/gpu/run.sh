@@ -41,8 +41,8 @@ bin=/tmp/switchyard-gpu
 (cd "$root" && PHI4MM_TEST_IREE_DEVICE=cuda timeout 240 "$bin/phi4mm-tests" \
     iree_backend:: iree_decoder:: iree_audio:: iree_vision:: iree_cuda::a_cuda) >"$out/tests.log" 2>&1
 echo "tests: rc $?"; grep -E "^test |test result" "$out/tests.log"
-"$bin/phi4mm" bench-checkpoint --out /tmp/switchyard-gpu/ck >/dev/null
-"$bin/phi4mm" bench-checkpoint --out /tmp/switchyard-gpu/ckt --vision-layers 3 --audio-blocks 2 >/dev/null
+"$bin/phi4mm" bench-checkpoint --out /tmp/switchyard-gpu/ck --force >/dev/null
+"$bin/phi4mm" bench-checkpoint --out /tmp/switchyard-gpu/ckt --vision-layers 3 --audio-blocks 2 --force >/dev/null
 bench() {
     timeout 150 "$bin/phi4mm" bench-batch --backend both --iree-device cuda --iree-cache-dir \
         "$pack/cache-bench" --threads "$(nproc)" --rounds 3 "$@"

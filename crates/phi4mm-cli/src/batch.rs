@@ -31,9 +31,9 @@ pub struct BatchArgs {
     #[arg(long)]
     pub requests: PathBuf,
     /// Scheduler slots (default: one per request).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::slots)]
     pub slots: Option<usize>,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::ranges::threads)]
     pub threads: usize,
     #[command(flatten)]
     pub iree: IreeArgs,
@@ -68,7 +68,10 @@ fn default_max() -> usize {
 #[derive(Serialize)]
 struct Line {
     tokens: Vec<u32>,
-    text: String,
+    /// Left out for a checkpoint without `tokenizer.json`: nothing decodes the tokens, and an
+    /// empty text would read as an empty answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
     prompt_tokens: usize,
     /// With `logprobs`: per token, its log probability and the best alternatives.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -162,26 +165,48 @@ pub fn run(args: BatchArgs) -> Result<()> {
                 .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
                 .collect()
         };
-        let (images, audios) = (read(&spec.image)?, read(&spec.audio)?);
-        let input = if let Some(ids) = &spec.input_ids {
-            let im: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-            let au: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
-            request::from_ids(ids.clone(), &im, &au, &media_options, adapter)?
-        } else {
+        // Every error of a request names it (and the file of a medium that does not read).
+        let input = (|| -> Result<_> {
+            let given = [
+                spec.input_ids.is_some(),
+                spec.prompt.is_some(),
+                spec.messages.is_some(),
+            ];
+            if given.iter().filter(|g| **g).count() != 1 {
+                bail!("give exactly one of input_ids, prompt or messages");
+            }
+            if spec.max_new_tokens == 0 {
+                bail!("max_new_tokens must be at least 1");
+            }
+            let (images, audios) = (read(&spec.image)?, read(&spec.audio)?);
+            if let Some(ids) = &spec.input_ids {
+                let im: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+                let au: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
+                return Ok(request::from_ids(
+                    ids.clone(),
+                    &im,
+                    &au,
+                    &media_options,
+                    adapter,
+                )?);
+            }
             let p = prompt
                 .as_ref()
                 .context("the checkpoint has no tokenizer.json")?;
             let mut messages = match (&spec.prompt, &spec.messages) {
                 (Some(text), _) => vec![Message::text(Role::User, text.clone())],
-                (None, Some(m)) => m.clone(),
-                (None, None) => bail!("request {i}: input_ids, prompt or messages required"),
+                (_, messages) => messages.clone().unwrap_or_default(),
             };
             attach_media(&mut messages, images, audios)?;
-            request::from_messages(&model, p, &messages, &media_options, adapter)?
-        };
-        if spec.max_new_tokens == 0 {
-            bail!("request {i}: max_new_tokens must be at least 1");
-        }
+            Ok(request::from_messages(
+                &model,
+                p,
+                &messages,
+                &media_options,
+                adapter,
+            )?)
+        })()
+        .with_context(|| format!("request {i}"))?;
         prompt_tokens.push(input.input_ids.len());
         let job = Job {
             id: i as u64,
@@ -204,23 +229,24 @@ pub fn run(args: BatchArgs) -> Result<()> {
         };
         sched
             .submit(job)
-            .map_err(|r| anyhow::anyhow!("request {i} refused: {r:?}"))?;
+            .map_err(|r| anyhow::anyhow!("request {i} refused: {r}"))?;
     }
     let mut results: Vec<Option<Produced>> = (0..specs.len()).map(|_| None).collect();
     for _ in 0..specs.len() {
         let (i, produced, outcome) = rx.recv()?;
         if let Outcome::Failed(e) = outcome {
-            bail!("request {i} failed: {e:?}");
+            bail!("request {i} failed: {e}");
         }
         results[i] = Some(produced);
     }
     sched.shutdown();
     for (produced, prompt_tokens) in results.into_iter().zip(prompt_tokens) {
         let Produced { tokens, logprobs } = produced.expect("every request reported");
-        let text = match &prompt {
-            Some(p) => p.tokenizer().decode(&tokens, true).unwrap_or_default(),
-            None => String::new(),
-        };
+        let text = prompt
+            .as_ref()
+            .map(|p| p.tokenizer().decode(&tokens, true))
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("decoding the output: {e}"))?;
         let line = Line {
             tokens,
             text,

@@ -30,18 +30,19 @@ pub struct BenchArgs {
     #[arg(long)]
     model: PathBuf,
     /// Worker threads (0 = one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::ranges::threads)]
     threads: usize,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::ranges::at_least_one)]
     prompt_tokens: usize,
-    #[arg(long, default_value_t = 32)]
+    /// Tokens per decode figure: the first, then the steps that are timed (at least 2).
+    #[arg(long, default_value_t = 32, value_parser = crate::ranges::at_least_two)]
     new_tokens: usize,
     /// Bytes of the buffer the read-bandwidth test streams (well above any cache).
-    #[arg(long, default_value_t = 1 << 30)]
+    #[arg(long, default_value_t = 1 << 30, value_parser = crate::ranges::at_least_one)]
     bandwidth_bytes: usize,
     /// Rounds of the per-path decode and LM-head figures (paths interleaved in each round; best
     /// of the rounds).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::ranges::at_least_one)]
     rounds: usize,
     /// Only this kernel path (`avx512`, `avx2`, `scalar`); default: every path the CPU has.
     #[arg(long)]
@@ -49,6 +50,23 @@ pub struct BenchArgs {
     /// Context length of the attention figure (a second prompt this long, then decode steps).
     #[arg(long, default_value_t = 2048)]
     long_context: usize,
+}
+
+/// Refuses a prompt (`option`'s `tokens`) that, with `new_tokens` after it, does not fit the
+/// checkpoint's positions, before the minutes its prefill would take.
+pub fn within_context(
+    c: &switchyard_phi4mm::checkpoint::TextConfig,
+    option: &str,
+    tokens: usize,
+    new_tokens: usize,
+) -> Result<()> {
+    let positions = c.max_position_embeddings;
+    anyhow::ensure!(
+        tokens + new_tokens <= positions,
+        "{option} {tokens} plus {new_tokens} new tokens exceeds the checkpoint's \
+         {positions} positions (max_position_embeddings)"
+    );
+    Ok(())
 }
 
 /// GFLOP/s of `[m, k] × [k, n]` through the model's bf16 linear path and plain f32 sgemm.
@@ -186,6 +204,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let load_s = t.elapsed().as_secs_f64();
     let model = Phi4mm::load(&ck, args.threads);
     let c = &model.config.text;
+    within_context(c, "--prompt-tokens", args.prompt_tokens, args.new_tokens)?;
+    within_context(c, "--long-context", args.long_context, args.new_tokens)?;
 
     let linears = layer_linears(&ck, c.num_layers);
     let DecodeBytes {
@@ -203,7 +223,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     });
 
     let ids = prompt_ids(args.prompt_tokens, c.vocab_size);
-    let steps = args.new_tokens.saturating_sub(1).max(1);
+    let steps = args.new_tokens - 1;
     // The first prefill also faults the mapped weights in; the timed ones find them resident,
     // as a serving process does.
     let (start, first, _) = model.install(|| prefill(&model, &ids));

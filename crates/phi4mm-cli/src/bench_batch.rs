@@ -45,17 +45,17 @@ pub struct BenchBatchArgs {
     #[arg(long, value_enum, default_value = "host")]
     backend: Which,
     /// Worker threads of the host backend (0 = one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::ranges::threads)]
     threads: usize,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::ranges::at_least_one)]
     prompt_tokens: usize,
     /// Decode steps timed per configuration.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::ranges::at_least_one)]
     new_tokens: usize,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::ranges::at_least_one)]
     rounds: usize,
     /// Bytes of the buffer the read-bandwidth test streams (well above any cache).
-    #[arg(long, default_value_t = 1 << 30)]
+    #[arg(long, default_value_t = 1 << 30, value_parser = crate::ranges::at_least_one)]
     bandwidth_bytes: usize,
     /// Time only the encoders (a 30 s clip, a 1344×896 image), not the decoder's rounds, which
     /// take most of a run with real-dimension towers.
@@ -306,6 +306,12 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     let ck = Checkpoint::open(&args.model)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    crate::bench::within_context(
+        &model.config.text,
+        "--prompt-tokens",
+        args.prompt_tokens,
+        args.new_tokens,
+    )?;
     let ids = crate::bench::prompt_ids(args.prompt_tokens, model.config.text.vocab_size);
     let prompt = model.decoder.embed(&ids);
     let host = HostBackend(model.clone());

@@ -15,9 +15,13 @@ use switchyard_phi4mm::checkpoint::{config, Layout};
 
 #[derive(Args)]
 pub struct BenchCheckpointArgs {
-    /// Output directory (created).
+    /// Output directory: created, or an empty one. A folder with files in it is refused unless
+    /// `--force`, for the random weights would replace a checkpoint's files there.
     #[arg(long)]
     out: PathBuf,
+    /// Write into `--out` even when it holds files, replacing those of the same names.
+    #[arg(long)]
+    force: bool,
     /// Seed of the weight generator.
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -227,6 +231,14 @@ fn write_safetensors(
 
 pub fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
     let dir = &args.out;
+    let holds_files = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    if holds_files && !args.force {
+        anyhow::bail!(
+            "{} is not empty: bench-checkpoint writes random weights and would replace a \
+             checkpoint's files there; give a new or empty folder, or --force",
+            dir.display()
+        );
+    }
     std::fs::create_dir_all(dir)?;
     let mut cfg = args.preset.config();
     if let Some(layers) = args.vision_layers {

@@ -24,9 +24,9 @@ pub struct BenchVisionArgs {
     #[arg(long)]
     model: PathBuf,
     /// Host worker threads (0 = one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::ranges::threads)]
     threads: usize,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::ranges::at_least_one)]
     rounds: usize,
     /// Also time the IREE vision module (a build with the `iree` feature); the first run compiles
     /// it into the artifact cache, outside the timed rounds.

@@ -38,8 +38,7 @@ enum CacheCommand {
     /// Compile every IREE module the plugin would load for a checkpoint and these settings into
     /// the cache, without running any: `--iree-device cuda` needs no GPU here, and a serving
     /// process then loads every module warm. Prints one JSON line: each module, and whether it
-    /// was compiled now or already cached.
-    #[cfg(feature = "iree")]
+    /// was compiled now or already cached. (A build without the `iree` feature says so.)
     Warm {
         /// Checkpoint directory (either layout).
         #[arg(long)]
@@ -154,9 +153,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("{} files removed", report.removed.len());
             Ok(())
         }
-        #[cfg(feature = "iree")]
         CacheCommand::Warm { model, iree } => warm(&model, &iree),
     }
+}
+
+#[cfg(not(feature = "iree"))]
+fn warm(_: &std::path::Path, _: &crate::generate::IreeArgs) -> anyhow::Result<()> {
+    bail!(
+        "this build of phi4mm has no IREE backend, so nothing to warm (build with --features iree)"
+    )
 }
 
 #[cfg(feature = "iree")]

@@ -52,10 +52,10 @@ pub struct IreeArgs {
     pub iree_cache_dir: Option<PathBuf>,
     /// Longest row the IREE decoder is compiled for (default: the checkpoint's
     /// `max_position_embeddings`; `bench-batch`: just what its prompt and steps need).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
     pub iree_context: Option<usize>,
     /// Prompt tokens per compiled IREE prefill call (default: the plugin's, 64).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
     pub iree_prefill_chunk: Option<usize>,
     /// IREE HAL driver: `local-task` (every core), `local-sync` (one thread), `cuda`.
     #[arg(long, default_value = "local-task")]
@@ -113,7 +113,8 @@ pub struct GenerateArgs {
     #[arg(long, value_enum, default_value = "host")]
     pub producer: Producer,
     /// Prompt ids with placeholders already expanded (one id per media row), comma-separated;
-    /// they must agree with the media given.
+    /// with media, their placeholders must match the media's rows (without, a placeholder id is
+    /// an ordinary token, as in the reference).
     #[arg(long, value_delimiter = ',', num_args = 1.., group = "input")]
     pub input_ids: Vec<u32>,
     /// One user message, rendered with the chat template and the generation prompt;
@@ -141,7 +142,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
     /// Worker threads (0 = one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::ranges::threads)]
     pub threads: usize,
     #[command(flatten)]
     pub iree: IreeArgs,
@@ -159,7 +160,9 @@ fn adapter_parser() -> impl clap::builder::TypedValueParser<Value = AdapterChoic
 #[derive(Serialize)]
 struct GenerateOutput {
     tokens: Vec<u32>,
-    text: String,
+    /// Left out for a checkpoint without `tokenizer.json` (see `batch`'s line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
     prompt_tokens: usize,
 }
 
@@ -254,13 +257,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if let Some(path) = &args.dump_logits {
         write_logits(path, &out.logits_first)?;
     }
-    let text = match &tokenizer {
-        Some(p) => p
-            .tokenizer()
-            .decode(&out.tokens, true)
-            .map_err(|e| anyhow::anyhow!("decoding the output: {e}"))?,
-        None => String::new(),
-    };
+    let text = tokenizer
+        .as_ref()
+        .map(|p| p.tokenizer().decode(&out.tokens, true))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("decoding the output: {e}"))?;
     let line = GenerateOutput {
         tokens: out.tokens,
         text,
@@ -281,6 +282,16 @@ fn iree_generate(
     max_new_tokens: usize,
     stop: &[u32],
 ) -> Result<(MergedPrompt, GreedyOutput)> {
+    let positions = switchyard_phi4mm::iree::backend::decoder_positions(ck, settings);
+    let needed = input.input_ids.len() + max_new_tokens;
+    if needed > positions {
+        bail!(
+            "prompt of {} tokens + {max_new_tokens} new tokens exceeds the {positions} positions \
+             of the IREE decoder (--iree-context, default the checkpoint's \
+             max_position_embeddings); nothing was compiled",
+            input.input_ids.len()
+        );
+    }
     let iree = IreeBackend::load(
         ck,
         model.clone(),
@@ -339,7 +350,8 @@ fn write_logits(path: &Path, logits: &[f32]) -> Result<()> {
     let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
     let view =
         safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![logits.len()], &bytes)?;
+    // As in `tensors_out`: the error's text already holds its cause.
     safetensors::serialize_to_file([("logits_first", view)], None, path)
-        .with_context(|| format!("writing {}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     Ok(())
 }

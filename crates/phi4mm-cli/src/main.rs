@@ -11,6 +11,7 @@ mod cache;
 mod compile_progress;
 mod generate;
 mod peak;
+mod ranges;
 
 use clap::{Parser, Subcommand};
 

@@ -46,6 +46,8 @@ pub fn write(path: &Path, tensors: &[Out]) -> anyhow::Result<()> {
         .map(|t| Ok((t.name, TensorView::new(t.dtype, t.shape.clone(), &t.bytes)?)))
         .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()
         .context("building tensor views")?;
+    // safetensors' I/O error prints its cause and also hands it on as its source: as a context
+    // it would print the cause twice.
     safetensors::tensor::serialize_to_file(views, None, path)
-        .with_context(|| format!("writing {}", path.display()))
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
 }

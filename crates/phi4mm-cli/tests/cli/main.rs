@@ -7,6 +7,7 @@ mod bench_batch;
 mod cache;
 mod frontend;
 mod generate;
+mod refusals;
 
 /// Runs a `phi4mm` command to completion and asserts that it succeeded, showing its stderr when
 /// it did not.

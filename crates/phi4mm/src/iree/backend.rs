@@ -19,6 +19,7 @@ use super::audio::IreeAudio;
 use super::compiler::IreeCompiler;
 use super::context::{IreeContext, ModuleTiming};
 use super::decoder::{IreeDecoder, IreeSequence};
+use super::emit::decoder::DecoderShape;
 use super::error::{IreeError, Result};
 use super::vision::IreeVision;
 
@@ -75,6 +76,18 @@ fn decoder_context(ck: &Checkpoint, settings: &IreeSettings) -> usize {
     settings
         .context
         .unwrap_or(ck.config.text.max_position_embeddings)
+}
+
+/// The longest prompt plus new tokens that [`IreeBackend::load`]'s decoder for `ck` and
+/// `settings` will hold, known without compiling anything: a prompt that cannot fit is refused
+/// before the minutes of a cold compile.
+pub fn decoder_positions(ck: &Checkpoint, settings: &IreeSettings) -> usize {
+    DecoderShape::new(
+        decoder_context(ck, settings),
+        settings.prefill_chunk,
+        super::decoder::DECODE_BATCHES,
+    )
+    .context()
 }
 
 /// Puts every module that [`IreeBackend::load`] would load for `ck` and `settings` into the

@@ -2,6 +2,7 @@
 //! per-request adapter and audio branch, and the placeholder merge — all validated first.
 
 use crate::adapter::{AdapterChoice, AdapterMode, AudioBranch};
+use crate::checkpoint::LoraAdapter;
 
 use super::audio::AudioEncoding;
 use super::phi4mm::Phi4mm;
@@ -107,8 +108,9 @@ pub enum InputError {
         new_tokens: usize,
         context: usize,
     },
-    #[error("adapter {0:?} requested but the checkpoint has no such LoRA")]
-    AdapterUnavailable(AdapterMode),
+    /// The adapter the request asked for, or that `auto` chose for its media.
+    #[error("the request needs the {} LoRA, and the checkpoint has none (no {} folder)", .0.as_str(), .0.folder())]
+    AdapterUnavailable(LoraAdapter),
     /// An encoder failed; `what` names the encoder and the medium.
     #[error("{what}: {cause}")]
     Encoder { what: String, cause: EncoderError },
@@ -206,8 +208,8 @@ impl Phi4mm {
             AdapterMode::Speech => c.speech_lora.is_some(),
             AdapterMode::Vision => c.vision_lora.is_some(),
         };
-        if !available {
-            return Err(InputError::AdapterUnavailable(adapter));
+        if let (false, Some(lora)) = (available, adapter.lora()) {
+            return Err(InputError::AdapterUnavailable(lora));
         }
         Ok(())
     }

@@ -85,8 +85,11 @@ fn revision_of(version_output: &str) -> Option<String> {
     })
 }
 
-/// How much of the driver's diagnostics an error keeps: the end, where the failure is.
-const STDERR_TAIL: usize = 16 * 1024;
+/// How much of the driver's diagnostics an error keeps: the start, where MLIR puts a
+/// diagnostic's `error:` line (the IR it prints after it runs to many kilobytes: `sm_90` on the
+/// pinned compiler gave 16 KiB that began mid-IR), and the end, where a crash's trace is.
+const STDERR_HEAD: usize = 2 * 1024;
+const STDERR_TAIL: usize = 14 * 1024;
 
 /// The `iree-compile` beside a compiler library.
 #[derive(Debug, Clone)]
@@ -219,7 +222,7 @@ pub struct Watched {
     pub status: ExitStatus,
     /// Whether the watchdog killed it, and why.
     pub killed: Option<Killed>,
-    /// The last [`STDERR_TAIL`] bytes it wrote to stderr.
+    /// The first [`STDERR_HEAD`] and the last [`STDERR_TAIL`] bytes it wrote to stderr.
     pub stderr_tail: String,
 }
 
@@ -233,7 +236,7 @@ pub fn run_watched(mut command: Command, limits: RunLimits) -> std::io::Result<W
     die_with_parent(&mut command);
     let mut child = command.spawn()?;
     let stderr = child.stderr.take().expect("stderr is piped");
-    let reader = thread::spawn(move || tail(stderr, STDERR_TAIL));
+    let reader = thread::spawn(move || head_and_tail(stderr, STDERR_HEAD, STDERR_TAIL));
     let (status, killed) = watch(&mut child, limits)?;
     let stderr_tail = reader.join().unwrap_or_default();
     Ok(Watched {
@@ -289,25 +292,35 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(user + system)
 }
 
-/// Reads `from` to its end, keeping the last `keep` bytes as text.
-fn tail(mut from: impl std::io::Read, keep: usize) -> String {
-    let mut kept = Vec::new();
+/// Reads `from` to its end, keeping its first `head` and last `keep` bytes as text, with a line
+/// that says how much was left out between them.
+fn head_and_tail(mut from: impl std::io::Read, head: usize, keep: usize) -> String {
+    let (mut first, mut kept, mut left_out) = (Vec::new(), Vec::new(), 0usize);
     let mut buf = [0u8; 8192];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                kept.extend_from_slice(&buf[..n]);
+                let to_head = (head - first.len()).min(n);
+                first.extend_from_slice(&buf[..to_head]);
+                kept.extend_from_slice(&buf[to_head..n]);
                 if kept.len() > 2 * keep {
+                    left_out += kept.len() - keep;
                     kept.drain(..kept.len() - keep);
                 }
             }
         }
     }
     if kept.len() > keep {
+        left_out += kept.len() - keep;
         kept.drain(..kept.len() - keep);
     }
-    String::from_utf8_lossy(&kept).into_owned()
+    let mut text = String::from_utf8_lossy(&first).into_owned();
+    if left_out > 0 {
+        text.push_str(&format!("\n[… {left_out} bytes left out …]\n"));
+    }
+    text.push_str(&String::from_utf8_lossy(&kept));
+    text
 }
 
 /// On Linux, asks the kernel to kill the child when the thread that spawned it ends: that thread
@@ -420,11 +433,22 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_keeps_the_end() {
+    fn the_diagnostics_keep_their_start_and_end() {
         let text: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-        let kept = tail(&text[..], 1000);
-        assert_eq!(kept.as_bytes(), &text[text.len() - 1000..]);
-        assert_eq!(tail(&b"short"[..], 1000), "short");
+        let kept = head_and_tail(&text[..], 100, 1000);
+        let start = std::str::from_utf8(&text[..100]).unwrap();
+        let end = std::str::from_utf8(&text[text.len() - 1000..]).unwrap();
+        assert_eq!(
+            kept,
+            format!("{start}\n[… {} bytes left out …]\n{end}", 100_000 - 1100)
+        );
+        assert_eq!(head_and_tail(&b"short"[..], 100, 1000), "short");
+        let whole: Vec<u8> = text[..1100].to_vec();
+        assert_eq!(
+            head_and_tail(&whole[..], 100, 1000).as_bytes(),
+            &whole[..],
+            "nothing left out"
+        );
     }
 
     #[test]

@@ -298,6 +298,17 @@ fn main() {
                 }
             }
             loads.push(load_average());
+            // Each round's figures, for the medians of the rates and of the per-round ratios
+            // can differ far when the machine changes speed between rounds.
+            let last = |v: &[Sample]| v.last().map_or(0.0, |s| s.rps);
+            eprintln!(
+                "round {round} concurrency {c}: baseline {:.0}, typed {:.0}, switchyard {:.0} \
+                 requests/s (ratio {:.3})",
+                last(&row.baseline),
+                last(&row.typed),
+                last(&row.routed),
+                last(&row.routed) / last(&row.baseline)
+            );
         }
     }
     let wall = started.elapsed();

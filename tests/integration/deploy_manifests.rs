@@ -246,15 +246,15 @@ fn manifests_agree_with_the_server_config_and_each_other() {
         assert_eq!(p["httpGet"]["path"], path, "{probe}");
     }
     // The startup window covers what the start may take: the settings check, then the creation
-    // and warm-up of the instance (its loading and compiles), each bounded by
-    // reload_timeout_secs.
+    // and warm-up of each model's instance, one after another (its loading and compiles), each
+    // bounded by reload_timeout_secs.
     let startup = &container["startupProbe"];
     let window =
         startup["periodSeconds"].as_f64().unwrap() * startup["failureThreshold"].as_f64().unwrap();
+    let bound = (1 + loaded.models().len()) as f64 * server.reload_timeout_secs;
     assert!(
-        window > 2.0 * server.reload_timeout_secs,
-        "startupProbe allows {window} s, the start may take 2 × reload_timeout_secs = {} s",
-        2.0 * server.reload_timeout_secs
+        window > bound,
+        "startupProbe allows {window} s, the start may take (1 + models) × reload_timeout_secs = {bound} s"
     );
     // `serve --config <mount>/<file>`, the ConfigMap mounted as a directory (a subPath mount
     // is never updated, and watch_config would never fire).

@@ -467,3 +467,60 @@ async fn every_serving_instance_has_its_series_and_no_other_does() {
     })
     .await;
 }
+
+/// The gauges list the instances in the config's order on every scrape and after a reload: a
+/// picker without a selector takes a name's first series, and must find the same instance each
+/// time. (Names chosen so that a hash map's order is unlikely to be this one.)
+#[tokio::test]
+async fn the_gauges_list_the_instances_in_the_configs_order_scrape_after_scrape() {
+    let names = ["zeta", "alpha", "mid", "beta", "omega", "delta"];
+    let config = |label: &str| {
+        let mut text = format!(
+            "[[plugins]]\nname = \"echo\"\npath = \"{}\"\n",
+            plugin_lib("echo").display()
+        );
+        for name in names {
+            text.push_str(&format!(
+                "[[models]]\nname = \"{name}\"\nplugin = \"echo\"\nkind = \"echo\"\n\
+                 settings = {{ label = \"{label}\" }}\n"
+            ));
+        }
+        text
+    };
+    let order = |text: &str, family: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(family))
+            .map(|l| {
+                l.split("instance=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let server = Server::start(&config("first")).await;
+    let check = |text: &str| {
+        for family in [
+            "vllm:num_requests_waiting{",
+            "vllm:kv_cache_usage_perc{",
+            "switchyard_in_flight{",
+        ] {
+            assert_eq!(order(text, family), names, "{family} in:\n{text}");
+        }
+    };
+    for _ in 0..3 {
+        check(&server.metrics().await);
+    }
+    // A changed setting makes every instance anew: a new map of instances behind the table.
+    server.rewrite_config(&config("second"));
+    let (status, report) = server.reload().await;
+    assert_eq!(status, 200, "{report}");
+    // The instances it retired, still stopping, share the current ones' labels: their gauges
+    // add into the same series, in the same places.
+    for _ in 0..3 {
+        check(&server.metrics().await);
+    }
+}

@@ -30,7 +30,14 @@ impl Deployment {
         }
     }
 
+    /// Its instances in the config's order of models, the same at every call: the metrics'
+    /// gauges list them so, and a picker that reads the first series of a name must find the
+    /// same instance from one scrape to the next, and after a reload.
     pub fn instances(&self) -> impl Iterator<Item = &Arc<Instance>> {
-        self.table.instances().values()
+        let instances = self.table.instances();
+        self.config
+            .models()
+            .iter()
+            .filter_map(move |model| instances.get(&model.name))
     }
 }

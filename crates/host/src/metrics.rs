@@ -513,10 +513,14 @@ impl Metrics {
         let reloads_help = "Configuration reloads by result";
         registry.register("reloads", reloads_help, self.0.reloads.clone());
 
-        for (name, help, value) in PER_INSTANCE {
+        for (name, help, value, combine) in PER_INSTANCE {
             let mut family = GaugesInOrder::default();
             for i in &snapshot.instances {
-                family.add(i.labels.clone(), i64::from(value(i)));
+                let value = i64::from(value(i));
+                match combine {
+                    Combine::Add => family.add(i.labels.clone(), value),
+                    Combine::First => family.first(i.labels.clone(), value),
+                }
             }
             registry.register(name, help, family);
         }
@@ -543,7 +547,7 @@ impl Metrics {
                 plugin_version: plugin_version.clone(),
                 state: i.state,
             };
-            instance_ready.add(labels, i64::from(i.ready));
+            instance_ready.first(labels, i64::from(i.ready));
         }
         registry.register("adapter_rows", "Running rows per adapter", adapter_rows);
         let ready_help = "1 when the instance is ready, by state";
@@ -574,10 +578,11 @@ impl Metrics {
     /// their own `vllm:`).
     fn register_vllm(&self, registry: &mut Registry, snapshot: &Snapshot) {
         let serving = || snapshot.instances.iter().filter(|i| !i.retiring);
+        // Serving instances have distinct labels (their names): nothing combines here.
         let gauge = |value: fn(&InstanceGauges) -> f64| {
             let mut family = GaugesInOrder::default();
             for i in serving() {
-                family.add(i.served.clone(), value(i));
+                family.first(i.served.clone(), value(i));
             }
             family
         };
@@ -606,7 +611,7 @@ impl Metrics {
                     running_lora_adapters: Label::from(info.running.as_str()),
                     waiting_lora_adapters: Label::from(info.waiting.as_str()),
                 };
-                lora.add(labels, info.changed_at);
+                lora.first(labels, info.changed_at);
             }
         }
         let lora_help = "Resident and waiting LoRA adapters; the value is when they last changed";
@@ -641,8 +646,9 @@ impl Metrics {
 /// snapshot's, which is the configuration's, then the retired instances'. A `Family` writes its
 /// series in hash-map order, which changes from scrape to scrape, and an endpoint picker that
 /// takes the first series of a name (one model name served by two instances) would then read a
-/// different instance each time. A label set added twice (an instance reloaded with the same
-/// plugin version, still draining beside its successor) shows the sum: what both hold.
+/// different instance each time. A label set can come twice: an instance reloaded with the same
+/// plugin version, still draining beside its successor. Its counts then show what both hold
+/// ([`Self::add`]), and its capacity and state the successor's ([`Self::first`]).
 #[derive(Debug)]
 struct GaugesInOrder<L, N>(Vec<(L, N)>);
 
@@ -653,10 +659,19 @@ impl<L, N> Default for GaugesInOrder<L, N> {
 }
 
 impl<L: PartialEq, N: AddAssign> GaugesInOrder<L, N> {
+    /// A count: added to what the label set holds already.
     fn add(&mut self, labels: L, value: N) {
         match self.0.iter_mut().find(|(l, _)| *l == labels) {
             Some((_, sum)) => *sum += value,
             None => self.0.push((labels, value)),
+        }
+    }
+
+    /// A capacity or a state: the first value of a label set stands (the current instance's,
+    /// which the snapshot lists before the retired ones).
+    fn first(&mut self, labels: L, value: N) {
+        if !self.0.iter().any(|(l, _)| *l == labels) {
+            self.0.push((labels, value));
         }
     }
 }
@@ -678,26 +693,46 @@ where
     }
 }
 
-/// A gauge with one value per instance: name, help, and the value.
-type PerInstanceGauge = (&'static str, &'static str, fn(&InstanceGauges) -> u32);
+/// How two instances with one label set combine in a gauge (see [`GaugesInOrder`]).
+#[derive(Clone, Copy)]
+enum Combine {
+    Add,
+    First,
+}
+
+/// A gauge with one value per instance: name, help, the value, and how it combines.
+type PerInstanceGauge = (
+    &'static str,
+    &'static str,
+    fn(&InstanceGauges) -> u32,
+    Combine,
+);
 
 const PER_INSTANCE: [PerInstanceGauge; 4] = [
     (
         "in_flight",
         "Requests admitted and not finished, per instance and plugin version",
         |i| i.in_flight,
+        Combine::Add,
     ),
-    ("queue_depth", "Requests queued inside the plugin", |i| {
-        i.queued
-    }),
+    (
+        "queue_depth",
+        "Requests queued inside the plugin",
+        |i| i.queued,
+        Combine::Add,
+    ),
     (
         "running",
         "Requests being computed inside the plugin",
         |i| i.running,
+        Combine::Add,
     ),
-    ("free_slots", "Slots free inside the plugin", |i| {
-        i.free_slots
-    }),
+    (
+        "free_slots",
+        "Slots free inside the plugin",
+        |i| i.free_slots,
+        Combine::First,
+    ),
 ];
 
 #[cfg(test)]
@@ -861,13 +896,15 @@ mod tests {
     }
 
     #[test]
-    fn gauge_series_come_in_the_snapshots_order_and_a_repeated_label_set_adds_up() {
+    fn gauge_series_come_in_the_snapshots_order_and_a_repeated_label_set_combines() {
         let metrics = Metrics::new();
         // Names whose hash-map order differs from this one in most scrapes.
         let names = ["zeta", "alpha", "mid", "beta", "omega", "delta"];
         let mut instances: Vec<_> = names.iter().map(|n| gauges(n, n, false, None)).collect();
         // A retired instance with the current one's labels (reloaded, same version).
-        instances.push(gauges("alpha", "alpha", true, None));
+        let mut retired = gauges("alpha", "alpha", true, None);
+        retired.free_slots = 5;
+        instances.push(retired);
         let snapshot = Snapshot {
             instances,
             ..Snapshot::default()
@@ -889,9 +926,15 @@ mod tests {
                     .collect();
                 assert_eq!(order, names, "{family} in:\n{text}");
             }
-            let summed =
-                r#"switchyard_in_flight{instance="alpha",plugin="echo",plugin_version="1.0.0"} 6"#;
-            assert!(text.contains(summed), "{summed} missing from:\n{text}");
+            // Its requests count with its successor's; its free slots are not the successor's.
+            let of = r#"instance="alpha",plugin="echo",plugin_version="1.0.0""#;
+            for line in [
+                format!("switchyard_in_flight{{{of}}} 6"),
+                format!("switchyard_free_slots{{{of}}} 0"),
+                format!("switchyard_instance_ready{{{of},state=\"ready\"}} 1"),
+            ] {
+                assert!(text.contains(&line), "{line} missing from:\n{text}");
+            }
         }
     }
 

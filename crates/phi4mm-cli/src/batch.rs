@@ -30,7 +30,7 @@ pub struct BatchArgs {
     /// JSON array of requests (fields of `generate`).
     #[arg(long)]
     pub requests: PathBuf,
-    /// Scheduler slots (default: one per request).
+    /// Scheduler slots (default: one per request, at most 1024; more requests wait for a slot).
     #[arg(long, value_parser = crate::ranges::slots)]
     pub slots: Option<usize>,
     #[arg(long, default_value_t = 0, value_parser = crate::ranges::threads)]
@@ -147,7 +147,9 @@ pub fn run(args: BatchArgs) -> Result<()> {
         &ck,
         model.clone(),
         SchedulerConfig {
-            slots: args.slots.unwrap_or(specs.len().max(1)),
+            slots: args
+                .slots
+                .unwrap_or(specs.len().clamp(1, switchyard_phi4mm::config::MAX_SLOTS)),
             max_queued: specs.len(),
             max_queued_tokens: usize::MAX,
             ..SchedulerConfig::default()

@@ -62,7 +62,9 @@ pub fn within_context(
 ) -> Result<()> {
     let positions = c.max_position_embeddings;
     anyhow::ensure!(
-        tokens + new_tokens <= positions,
+        tokens
+            .checked_add(new_tokens)
+            .is_some_and(|n| n <= positions),
         "{option} {tokens} plus {new_tokens} new tokens exceeds the checkpoint's \
          {positions} positions (max_position_embeddings)"
     );

@@ -158,6 +158,11 @@ impl EncoderTimes {
 }
 
 /// The mixed batch: base, speech and vision rows interleaved.
+/// Positions the IREE decoder is compiled for beyond the prompt and the timed steps: a margin.
+/// The host's check of the checkpoint's positions counts them too, so that the decoder never
+/// exceeds them.
+const EXTRA_POSITIONS: usize = 8;
+
 const MIXED: [AdapterMode; 8] = [
     AdapterMode::None,
     AdapterMode::Speech,
@@ -306,11 +311,12 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     let ck = Checkpoint::open(&args.model)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    // The IREE decoder takes EXTRA_POSITIONS more than the prompt and steps (below).
     crate::bench::within_context(
         &model.config.text,
         "--prompt-tokens",
         args.prompt_tokens,
-        args.new_tokens,
+        args.new_tokens.saturating_add(EXTRA_POSITIONS),
     )?;
     let ids = crate::bench::prompt_ids(args.prompt_tokens, model.config.text.vocab_size);
     let prompt = model.decoder.embed(&ids);
@@ -333,11 +339,7 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
     // their median is the figure the target is about, steadier than best-of on a noisy
     // machine.
     let mut host_mixed_extra = Vec::new();
-    let decoder_rounds = if args.encoders_only {
-        0
-    } else {
-        args.rounds.max(1)
-    };
+    let decoder_rounds = if args.encoders_only { 0 } else { args.rounds };
     for _ in 0..decoder_rounds {
         if args.backend != Which::Iree {
             let f =
@@ -361,7 +363,7 @@ pub fn run(args: BenchBatchArgs) -> Result<()> {
         iree_encoders_first_call(b, &audio, &image)?;
     }
     let mut times = EncoderTimes::default();
-    for _ in 0..args.rounds.max(1) {
+    for _ in 0..args.rounds {
         if args.backend != Which::Iree {
             times.host_audio.push(time_ms(|| {
                 model.install(|| {
@@ -480,7 +482,7 @@ fn load_iree(
     let mut s = args.iree.settings();
     // Unless asked for a longer context (to see that it costs a short row nothing), just enough
     // positions for the prompt and the timed steps: fewer cache sizes compile faster.
-    let needed = args.prompt_tokens + args.new_tokens + 8;
+    let needed = args.prompt_tokens + args.new_tokens + EXTRA_POSITIONS;
     let context = args.iree.iree_context.unwrap_or(needed);
     if context < needed {
         anyhow::bail!(

@@ -13,11 +13,11 @@ use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::config::{BackendKind, IreeSettings, ProducerKind};
-#[cfg(feature = "iree")]
-use switchyard_phi4mm::iree::backend::IreeBackend;
 use switchyard_phi4mm::model::{HostBackend, MediaEncoders, MergedPrompt, Phi4mm, PromptInput};
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::step::{greedy, GreedyOutput};
+#[cfg(feature = "iree")]
+use switchyard_phi4mm::{iree::backend::IreeBackend, model::InputError};
 use switchyard_phi4mm_frontend::prompt::{ContentPart, Message, Prompt, Role};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -282,15 +282,17 @@ fn iree_generate(
     max_new_tokens: usize,
     stop: &[u32],
 ) -> Result<(MergedPrompt, GreedyOutput)> {
+    // The request is checked against the decoder it would get before that decoder compiles:
+    // on the released model a cold compile takes minutes.
     let positions = switchyard_phi4mm::iree::backend::decoder_positions(ck, settings);
-    let needed = input.input_ids.len() + max_new_tokens;
-    if needed > positions {
-        bail!(
+    match model.validate_input_within(input, max_new_tokens, positions) {
+        Err(InputError::ContextOverflow { .. }) => bail!(
             "prompt of {} tokens + {max_new_tokens} new tokens exceeds the {positions} positions \
              of the IREE decoder (--iree-context, default the checkpoint's \
              max_position_embeddings); nothing was compiled",
             input.input_ids.len()
-        );
+        ),
+        checked => checked?,
     }
     let iree = IreeBackend::load(
         ck,

@@ -66,23 +66,32 @@ fn spawn_config_watcher(runtime: Arc<Runtime>, path: PathBuf) -> notify::Result<
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
         .to_path_buf();
-    // Through a link to a file elsewhere: that file, and its directory. (A kubelet volume's
-    // target is in a subdirectory that each update replaces; its `..data` link beside the
-    // config path is what announces the update.)
-    let target = std::fs::canonicalize(&path)
-        .ok()
-        .filter(|t| t.parent() != std::fs::canonicalize(&dir).ok().as_deref());
+    // Through a link to a file elsewhere: that file, and its directory. Not a kubelet volume's
+    // link (`<file> -> ..data/<file>`): its target's directory is replaced by each update, which
+    // the `..data` link beside the config path announces, and a watch there would fire again
+    // when the kubelet deletes the old one.
+    let through_kubelet_link =
+        std::fs::read_link(&path).is_ok_and(|link| link.starts_with(KUBERNETES_DATA_LINK));
+    let target = std::fs::canonicalize(&path).ok().filter(|t| {
+        !through_kubelet_link && t.parent() != std::fs::canonicalize(&dir).ok().as_deref()
+    });
+    let target_dir = target
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf);
     let target_in_event = target.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event {
-            if changes_content(&event.kind)
-                && event.paths.iter().any(|p| {
-                    let name = p.file_name().map(|n| n.to_os_string());
-                    name == file_name
-                        || name.as_deref() == Some(KUBERNETES_DATA_LINK.as_ref())
-                        || target_in_event.as_deref() == Some(p.as_path())
-                })
-            {
+            let ours = |p: &PathBuf| {
+                // In the target's directory only the target counts; beside the config path,
+                // its name and the kubelet's link.
+                if target_dir.is_some() && p.parent() == target_dir.as_deref() {
+                    return target_in_event.as_ref() == Some(p);
+                }
+                let name = p.file_name().map(|n| n.to_os_string());
+                name == file_name || name.as_deref() == Some(KUBERNETES_DATA_LINK.as_ref())
+            };
+            if changes_content(&event.kind) && event.paths.iter().any(ours) {
                 let _ = tx.send(());
             }
         }

@@ -248,3 +248,44 @@ fn generate_refuses_the_mlx_producer_without_the_feature() {
         "{err}"
     );
 }
+
+/// A checkpoint without `tokenizer.json` still generates from ids; its line has no `text`,
+/// which an empty string would pass off as an empty answer.
+#[test]
+fn without_a_tokenizer_the_line_has_tokens_and_no_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture().join("model");
+    for entry in std::fs::read_dir(&model).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == "tokenizer.json" {
+            continue;
+        }
+        let to = dir.path().join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir(&to).unwrap();
+            for file in std::fs::read_dir(entry.path()).unwrap() {
+                let file = file.unwrap();
+                std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+            }
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+    let (line, _) = generate(&[
+        "--model",
+        dir.path().to_str().unwrap(),
+        "--input-ids",
+        &case_ids("text_base"),
+        "--max-new-tokens",
+        "2",
+        "--ignore-eos",
+    ]);
+    let want = want_tokens("text_base");
+    assert_eq!(
+        line["tokens"],
+        serde_json::Value::from(want.as_array().unwrap()[..2].to_vec()),
+        "{line}"
+    );
+    assert!(line.get("text").is_none(), "{line}");
+}

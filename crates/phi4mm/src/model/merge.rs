@@ -109,7 +109,7 @@ pub enum InputError {
         context: usize,
     },
     /// The adapter the request asked for, or that `auto` chose for its media.
-    #[error("the request needs the {} LoRA, and the checkpoint has none (no {} folder)", .0.as_str(), .0.folder())]
+    #[error("the request needs the {} LoRA, and the checkpoint has none (no {} folder, or no `{}_lora` in an original-layout config.json)", .0.as_str(), .0.folder(), .0.as_str())]
     AdapterUnavailable(LoraAdapter),
     /// An encoder failed; `what` names the encoder and the medium.
     #[error("{what}: {cause}")]
@@ -157,7 +157,7 @@ impl Phi4mm {
                 vocab,
             });
         }
-        if p.input_ids.len() + max_new_tokens > context {
+        if p.input_ids.len().saturating_add(max_new_tokens) > context {
             return Err(InputError::ContextOverflow {
                 prompt: p.input_ids.len(),
                 new_tokens: max_new_tokens,

@@ -315,12 +315,16 @@ fn head_and_tail(mut from: impl std::io::Read, head: usize, keep: usize) -> Stri
         left_out += kept.len() - keep;
         kept.drain(..kept.len() - keep);
     }
-    let mut text = String::from_utf8_lossy(&first).into_owned();
-    if left_out > 0 {
-        text.push_str(&format!("\n[… {left_out} bytes left out …]\n"));
+    if left_out == 0 {
+        // Whole: decoded as one, so no character is split at the head's end.
+        first.extend_from_slice(&kept);
+        return String::from_utf8_lossy(&first).into_owned();
     }
-    text.push_str(&String::from_utf8_lossy(&kept));
-    text
+    format!(
+        "{}\n[… {left_out} bytes left out …]\n{}",
+        String::from_utf8_lossy(&first),
+        String::from_utf8_lossy(&kept)
+    )
 }
 
 /// On Linux, asks the kernel to kill the child when the thread that spawned it ends: that thread
@@ -443,12 +447,9 @@ mod tests {
             format!("{start}\n[… {} bytes left out …]\n{end}", 100_000 - 1100)
         );
         assert_eq!(head_and_tail(&b"short"[..], 100, 1000), "short");
-        let whole: Vec<u8> = text[..1100].to_vec();
-        assert_eq!(
-            head_and_tail(&whole[..], 100, 1000).as_bytes(),
-            &whole[..],
-            "nothing left out"
-        );
+        // Nothing left out, with a character across the head's end.
+        let whole = format!("{}é{}", "a".repeat(99), "b".repeat(900));
+        assert_eq!(head_and_tail(whole.as_bytes(), 100, 1000), whole);
     }
 
     #[test]

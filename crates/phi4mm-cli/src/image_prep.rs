@@ -12,7 +12,7 @@ pub struct Args {
     #[arg(long)]
     image: PathBuf,
     /// Most sub-crops (`dynamic_hd`).
-    #[arg(long, default_value_t = 36)]
+    #[arg(long, default_value_t = 36, value_parser = crate::ranges::at_least_one)]
     dynamic_hd: usize,
     /// Output: `pixel_values: f32 [1+crops, 3, 448, 448]`,
     /// `image_attention_mask: u8 [1+crops, 32, 32]`, `image_sizes: i64 [2]`,

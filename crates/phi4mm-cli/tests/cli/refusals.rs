@@ -87,6 +87,18 @@ fn numeric_options_out_of_range_are_refused_with_their_names() {
             vec!["bench-batch", "--model", model, "--rounds", "0"],
             "--rounds <ROUNDS>': must be at least 1",
         ),
+        (
+            vec![
+                "image",
+                "--image",
+                "x.png",
+                "--dynamic-hd",
+                "0",
+                "--out",
+                "o.st",
+            ],
+            "--dynamic-hd <DYNAMIC_HD>': must be at least 1",
+        ),
     ] {
         let stderr = refused(&args);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");

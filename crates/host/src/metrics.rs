@@ -736,17 +736,19 @@ const PER_INSTANCE: [PerInstanceGauge; 4] = [
 ];
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn served() -> ServedLabels {
+    /// The labels of an instance `a` serving `chat`, for the tests here and of the request's
+    /// record.
+    pub(crate) fn served() -> ServedLabels {
         ServedLabels {
             model_name: "chat".into(),
             instance: "a".into(),
         }
     }
 
-    fn served_by() -> ServedBy {
+    pub(crate) fn served_by() -> ServedBy {
         ServedBy {
             instance: "a".into(),
             plugin_version: "1.0.0".into(),

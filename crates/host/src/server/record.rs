@@ -96,20 +96,15 @@ impl Drop for RequestRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{ServedBy, ServedLabels, Snapshot};
+    use crate::metrics::{
+        tests::{served, served_by},
+        Snapshot,
+    };
 
     #[test]
     fn a_second_started_does_not_count_the_prompt_again() {
         let metrics = Metrics::new();
-        let served = ServedLabels {
-            model_name: "chat".into(),
-            instance: "a".into(),
-        };
-        let served_by = ServedBy {
-            instance: "a".into(),
-            plugin_version: "1.0.0".into(),
-        };
-        let series = Arc::new(metrics.instance_series(Arc::new(served), served_by));
+        let series = Arc::new(metrics.instance_series(Arc::new(served()), served_by()));
         let mut record =
             RequestRecord::new(metrics.clone(), series, "chat", "chat", Instant::now());
         record.started(7);

@@ -32,13 +32,14 @@ fn config() -> String {
     config
 }
 
-fn load_average() -> String {
+/// The 1-, 5- and 15-minute load averages, as numbers (the shape of `phi4mm bench`'s JSON).
+fn load_average() -> Vec<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()
         .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
+        .filter_map(|v| v.parse().ok())
+        .collect()
 }
 
 async fn time_get(client: &reqwest::Client, url: &str, into: &mut Vec<Duration>) -> usize {
@@ -113,9 +114,17 @@ fn main() {
         "health_p99_us": us(h99).round(),
         "ratio_p50": (s50.as_secs_f64() / h50.as_secs_f64() * 100.0).round() / 100.0,
         "added_p50_us": (us(s50) - us(h50)).round(),
-        "load_average": [load_before.clone(), load_after.clone()],
+        "load_average": &load_before,
+        "load_average_after": &load_after,
     });
     println!("{line}");
+    let shown = |load: &[f64]| {
+        load.iter()
+            .map(|v| format!("{v:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let (load_before, load_after) = (shown(&load_before), shown(&load_after));
     let report = format!(
         "## `/metrics` scrape cost (issue 17)\n\n\
 Command: `scripts/bench-metrics.sh` (release build; `cargo bench -p switchyard-integration-tests --bench metrics_scrape`).\n\

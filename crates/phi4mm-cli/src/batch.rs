@@ -1,22 +1,20 @@
 //! `phi4mm batch`: every request of a JSON file at once through the real scheduler; one JSON
 //! line per request, in file order: `{"tokens": [...], "text": "...", "prompt_tokens": N}`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use switchyard_phi4mm::adapter::AdapterChoice;
 use switchyard_phi4mm::backend::{self, BackendChoice};
-use switchyard_phi4mm::model::Phi4mm;
 use switchyard_phi4mm::request;
 use switchyard_phi4mm::sampling::Logprobs;
 use switchyard_phi4mm::scheduler::{GenerationParams, Job, Outcome, RowSink, SchedulerConfig};
 use switchyard_phi4mm_frontend::prompt::{Message, Prompt, Role};
 
-use crate::generate::{attach_media, open_checkpoint, Backend, IreeArgs, Producer};
+use crate::generate::{attach_media, load_model, name_media_file, Backend, IreeArgs, Producer};
 
 #[derive(Args)]
 pub struct BatchArgs {
@@ -59,6 +57,29 @@ struct RequestSpec {
     /// Report each token's log probability and this many best alternatives.
     #[serde(default)]
     logprobs: Option<usize>,
+}
+
+/// The `--requests` file: a JSON array, each element parsed on its own so that an error names
+/// its request (serde's own message for a whole file given as an object is "invalid type: map").
+fn read_specs(path: &Path) -> Result<Vec<RequestSpec>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let items: Vec<&serde_json::value::RawValue> =
+        serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => anyhow::anyhow!(
+                "{}: must be a JSON array of requests, like [{{\"prompt\": \"Hello\"}}]",
+                path.display()
+            ),
+            _ => anyhow::anyhow!("{}: not valid JSON: {e}", path.display()),
+        })?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            // Positions in the error count from the start of this request.
+            serde_json::from_str(item.get())
+                .with_context(|| format!("{}: request {i}", path.display()))
+        })
+        .collect()
 }
 
 fn default_max() -> usize {
@@ -123,13 +144,8 @@ impl RowSink for Collect {
 }
 
 pub fn run(args: BatchArgs) -> Result<()> {
-    let specs: Vec<RequestSpec> = serde_json::from_slice(
-        &std::fs::read(&args.requests)
-            .with_context(|| format!("reading {}", args.requests.display()))?,
-    )
-    .with_context(|| format!("parsing {}", args.requests.display()))?;
-    let ck = open_checkpoint(&args.model)?;
-    let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    let specs = read_specs(&args.requests)?;
+    let (ck, model) = load_model(&args.model, args.threads)?;
     let prompt = if args.model.join("tokenizer.json").exists() {
         Some(Prompt::load(&args.model)?)
     } else {
@@ -184,13 +200,8 @@ pub fn run(args: BatchArgs) -> Result<()> {
             if let Some(ids) = &spec.input_ids {
                 let im: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
                 let au: Vec<&[u8]> = audios.iter().map(Vec::as_slice).collect();
-                return Ok(request::from_ids(
-                    ids.clone(),
-                    &im,
-                    &au,
-                    &media_options,
-                    adapter,
-                )?);
+                return request::from_ids(ids.clone(), &im, &au, &media_options, adapter)
+                    .map_err(|e| name_media_file(e, true, &spec.image, &spec.audio));
             }
             let p = prompt
                 .as_ref()
@@ -199,14 +210,9 @@ pub fn run(args: BatchArgs) -> Result<()> {
                 (Some(text), _) => vec![Message::text(Role::User, text.clone())],
                 (_, messages) => messages.clone().unwrap_or_default(),
             };
-            attach_media(&mut messages, images, audios)?;
-            Ok(request::from_messages(
-                &model,
-                p,
-                &messages,
-                &media_options,
-                adapter,
-            )?)
+            let files_only = attach_media(&mut messages, images, audios)?;
+            request::from_messages(&model, p, &messages, &media_options, adapter)
+                .map_err(|e| name_media_file(e, files_only, &spec.image, &spec.audio))
         })()
         .with_context(|| format!("request {i}"))?;
         prompt_tokens.push(input.input_ids.len());

@@ -108,11 +108,11 @@ fn paths_to_run(named: Option<&str>) -> Result<Vec<KernelPath>> {
     match named {
         Some(n) => {
             let p = path::parse(n)
-                .map_err(anyhow::Error::msg)?
+                .map_err(|e| anyhow::anyhow!("--kernel-path: {e}"))?
                 .unwrap_or_else(KernelPath::detected);
             anyhow::ensure!(
                 p.supported(),
-                "{}",
+                "--kernel-path: {}",
                 path::Unsupported(p, KernelPath::detected())
             );
             Ok(vec![p])
@@ -373,10 +373,16 @@ fn fork_join_cost() -> f64 {
     t.elapsed().as_secs_f64() / reps as f64
 }
 
-/// The 1-, 5- and 15-minute load averages, as `uptime` shows them.
-pub fn load_average() -> String {
+/// The 1-, 5- and 15-minute load averages (`/proc/loadavg`), recorded beside every benchmark's
+/// figures as numbers, the same shape in every command's JSON.
+pub fn load_average() -> Vec<f64> {
     std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .map(|s| {
+            s.split_whitespace()
+                .take(3)
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -15,7 +15,7 @@ use serde_json::json;
 use switchyard_phi4mm::checkpoint::Checkpoint;
 use switchyard_phi4mm::model::{ImageEncoding, ImageInput, Phi4mm};
 
-use crate::bench::cpu_name;
+use crate::bench::{cpu_name, load_average};
 use crate::bench_batch::encoder_inputs;
 use crate::generate::IreeArgs;
 
@@ -55,7 +55,7 @@ pub fn run(args: BenchVisionArgs) -> Result<()> {
     let (_, image) = encoder_inputs()?;
     let v = &model.config.vision;
     let mut report = json!({
-        "machine": {"threads": model.threads(), "cpu": cpu_name(), "loadavg_before": loadavg()},
+        "machine": {"threads": model.threads(), "cpu": cpu_name(), "load_average": load_average()},
         "tower": {"hidden": v.hidden_size, "intermediate": v.intermediate_size, "heads": v.num_heads,
                   "layers_run": v.layers_used()},
         "image": {"width": 1344, "height": 896, "crops": image.crops},
@@ -112,7 +112,7 @@ pub fn run(args: BenchVisionArgs) -> Result<()> {
         report[format!("{}_over_host_time", o.name)] = json!(o.best_ms / host_ms);
         report[format!("{}_vs_host_max_abs_diff", o.name)] = json!(o.max_diff);
     }
-    report["machine"]["loadavg_after"] = json!(loadavg());
+    report["machine"]["load_average_after"] = json!(load_average());
     println!("{report}");
     Ok(())
 }
@@ -165,11 +165,4 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
             m.max(d)
         }
     })
-}
-
-/// `/proc/loadavg`'s three load averages (the machine's load beside the figures).
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }

@@ -79,15 +79,27 @@ fn age(created_unix: u64) -> String {
     }
 }
 
+/// Rows as columns as wide as their widest cell (entry names and compiler versions vary in
+/// length); the byte counts aligned right, the last column left ragged.
+fn print_columns(rows: &[[String; 5]]) {
+    let mut widths = [0; 5];
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    for [entry, key, bytes, compiler, created] in rows {
+        let [we, wk, wb, wc, _] = widths;
+        println!("{entry:<we$}  {key:<wk$}  {bytes:>wb$}  {compiler:<wc$}  {created}");
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         CacheCommand::Ls(dir) => {
             let cache = open(dir, false)?;
             let entries = cache.list()?;
-            println!(
-                "{:<28} {:<16} {:>12} {:<20} CREATED",
-                "ENTRY", "KEY", "BYTES", "COMPILER"
-            );
+            let mut rows = vec![["ENTRY", "KEY", "BYTES", "COMPILER", "CREATED"].map(String::from)];
             for e in &entries {
                 let size = e
                     .module_size
@@ -96,14 +108,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     Ok(m) => (m.identity.compiler.version.clone(), age(m.created_unix)),
                     Err(why) => ("?".to_owned(), format!("({why})")),
                 };
-                println!(
-                    "{:<28} {:<16} {:>12} {:<20} {created}",
-                    e.entry,
-                    short(&e.key),
+                rows.push([
+                    e.entry.clone(),
+                    short(&e.key).to_owned(),
                     size,
-                    version
-                );
+                    version,
+                    created,
+                ]);
             }
+            print_columns(&rows);
             println!("{} entries in {}", entries.len(), cache.dir().display());
             Ok(())
         }

@@ -166,8 +166,9 @@ struct GenerateOutput {
     prompt_tokens: usize,
 }
 
-/// Opens a checkpoint with a progress bar over the weight scan (drawn only on a terminal).
-pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
+/// Opens a checkpoint and loads the model from it, with a progress bar over the weight scan and
+/// a spinner while the kernels' weights are prepared (drawn only on a terminal).
+pub fn load_model(dir: &Path, threads: usize) -> Result<(Checkpoint, Arc<Phi4mm>)> {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template(
@@ -175,17 +176,36 @@ pub fn open_checkpoint(dir: &Path) -> Result<Checkpoint> {
         )
         .expect("template"),
     );
+    // The scan runs on every core, and the threads report the shared running total each after
+    // its own tensor, so a smaller total can arrive after a larger one: the bar only moves
+    // forward (under a lock, for two moves must not land in the other order either).
+    let shown = std::sync::Mutex::new(0u64);
     let ck = Checkpoint::open_with_progress(dir, &|done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
+        let mut shown = shown.lock().unwrap();
+        if done > *shown {
+            *shown = done;
+            bar.set_length(total);
+            bar.set_position(done);
+        }
     });
+    let ck = match ck {
+        Ok(ck) => ck,
+        Err(e) => {
+            bar.finish_and_clear();
+            return Err(e).with_context(|| format!("checkpoint {}", dir.display()));
+        }
+    };
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("template"));
+    bar.set_message("preparing the weights for the kernels");
+    bar.reset_elapsed();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let model = Arc::new(Phi4mm::load(&ck, threads));
     bar.finish_and_clear();
-    ck.with_context(|| format!("checkpoint {}", dir.display()))
+    Ok((ck, model))
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let ck = open_checkpoint(&args.model)?;
-    let model = Arc::new(Phi4mm::load(&ck, args.threads));
+    let (ck, model) = load_model(&args.model, args.threads)?;
     let adapter = args.adapter;
     let read = |paths: &[PathBuf]| -> Result<Vec<Vec<u8>>> {
         paths
@@ -205,7 +225,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let input = if !args.input_ids.is_empty() {
         let imgs: Vec<&[u8]> = image_bytes.iter().map(Vec::as_slice).collect();
         let auds: Vec<&[u8]> = audio_bytes.iter().map(Vec::as_slice).collect();
-        request::from_ids(args.input_ids.clone(), &imgs, &auds, &media, adapter)?
+        request::from_ids(args.input_ids.clone(), &imgs, &auds, &media, adapter)
+            .map_err(|e| name_media_file(e, true, &args.image, &args.audio))?
     } else {
         let prompt = tokenizer
             .as_ref()
@@ -220,8 +241,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             }
             (None, None) => unreachable!("clap requires one input"),
         };
-        attach_media(&mut messages, image_bytes, audio_bytes)?;
-        request::from_messages(&model, prompt, &messages, &media, adapter)?
+        let files_only = attach_media(&mut messages, image_bytes, audio_bytes)?;
+        request::from_messages(&model, prompt, &messages, &media, adapter)
+            .map_err(|e| name_media_file(e, files_only, &args.image, &args.audio))?
     };
     if args.max_new_tokens == 0 {
         bail!("--max-new-tokens must be at least 1");
@@ -327,14 +349,20 @@ fn iree_generate(
 }
 
 /// Appends the `--image` / `--audio` files to the last user message as media parts (images
-/// first), where the chat template binds them to placeholders in order of appearance.
+/// first), where the chat template binds them to placeholders in order of appearance. Returns
+/// whether the files are all the media there are: then a medium's index in an error is the
+/// index of its file.
 pub fn attach_media(
     messages: &mut [Message],
     images: Vec<Vec<u8>>,
     audios: Vec<Vec<u8>>,
-) -> Result<()> {
+) -> Result<bool> {
+    let files_only = !messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .any(|part| matches!(part, ContentPart::Image { .. } | ContentPart::Audio { .. }));
     if images.is_empty() && audios.is_empty() {
-        return Ok(());
+        return Ok(files_only);
     }
     let Some(last_user) = messages.iter_mut().rev().find(|m| m.role == Role::User) else {
         bail!("--image / --audio need a user message to attach to");
@@ -345,7 +373,27 @@ pub fn attach_media(
     last_user
         .content
         .extend(audios.into_iter().map(|bytes| ContentPart::Audio { bytes }));
-    Ok(())
+    Ok(files_only)
+}
+
+/// An error about the request's `image i` or `audio i`, led by the file it was read from when
+/// the files are all its media (`files_only`): the model counts media, the user named files.
+pub fn name_media_file(
+    e: request::RequestError,
+    files_only: bool,
+    images: &[PathBuf],
+    audios: &[PathBuf],
+) -> anyhow::Error {
+    let file = match &e {
+        _ if !files_only => None,
+        request::RequestError::Image { index, .. } => images.get(*index),
+        request::RequestError::Audio { index, .. } => audios.get(*index),
+        _ => None,
+    };
+    match file {
+        Some(path) => anyhow::anyhow!("{}: {e}", path.display()),
+        None => e.into(),
+    }
 }
 
 fn write_logits(path: &Path, logits: &[f32]) -> Result<()> {

@@ -89,7 +89,7 @@ pub fn run(args: BenchFrontendArgs) -> Result<()> {
         "threads": args.threads,
         "rounds": args.rounds,
         "cpu": crate::bench::cpu_name(),
-        "load_average": load_average(),
+        "load_average": crate::bench::load_average(),
         "inputs": {"wav_16k_bytes": wav16.len(), "wav_44k_bytes": wav44.len(), "png_bytes": png.len()},
     });
     println!("{report}");
@@ -116,16 +116,4 @@ fn median(mut v: Vec<f64>) -> f64 {
     } else {
         0.5 * (v[n / 2 - 1] + v[n / 2])
     }
-}
-
-/// The 1, 5 and 15 minute load averages (`/proc/loadavg`), recorded beside every figure.
-fn load_average() -> Vec<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| {
-            s.split_whitespace()
-                .take(3)
-                .filter_map(|v| v.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }

@@ -7,6 +7,9 @@ use std::process::Command;
 
 use switchyard_artifact_cache::{ArtifactCache, CompilerIdentity, LoadedArtifact, ModuleRequest};
 
+/// An entry name as long as the real decoder's, longer than any fixed column would be.
+const GOOD: &str = "decoder_l32_c4096_speech_vision.main";
+
 fn compiler() -> CompilerIdentity {
     CompilerIdentity {
         library_sha256: "ab".repeat(32),
@@ -34,7 +37,7 @@ fn load(cache: &ArtifactCache, entry: &str) -> LoadedArtifact {
 fn cli_ls_verify_gc() {
     let dir = tempfile::tempdir().unwrap();
     let cache = ArtifactCache::open(dir.path()).unwrap();
-    let good = load(&cache, "good.main");
+    let good = load(&cache, GOOD);
     let bad = load(&cache, "bad.main");
     let bad_module = dir
         .path()
@@ -45,7 +48,7 @@ fn cli_ls_verify_gc() {
     // A temp file left by a dead writer of the good entry.
     let stale = dir
         .path()
-        .join(format!(".good.main-{}~deadbeef.tmp", good.manifest.key));
+        .join(format!(".{GOOD}-{}~deadbeef.tmp", good.manifest.key));
     std::fs::write(&stale, b"partial").unwrap();
 
     let phi4mm = |args: &[&str]| {
@@ -61,18 +64,24 @@ fn cli_ls_verify_gc() {
 
     let (ok, ls) = phi4mm(&["ls"]);
     assert!(ok, "{ls}");
-    assert!(ls.contains("good.main") && ls.contains("bad.main"), "{ls}");
+    assert!(ls.contains(GOOD) && ls.contains("bad.main"), "{ls}");
     assert!(ls.contains(&good.manifest.key[..16]), "{ls}");
     assert!(
         ls.contains(&good.manifest.identity.compiler.version),
         "{ls}"
     );
     assert!(ls.contains("2 entries"), "{ls}");
+    // Columns as wide as their widest cell: every row's key starts under the header's KEY.
+    let key_column = ls.lines().next().and_then(|header| header.find("KEY"));
+    for (row, key) in [(GOOD, &good.manifest.key), ("bad.main", &bad.manifest.key)] {
+        let line = ls.lines().find(|l| l.starts_with(row)).unwrap();
+        assert_eq!(line.find(&key[..16]), key_column, "{ls}");
+    }
 
     let (ok, verify) = phi4mm(&["verify"]);
     assert!(!ok, "an invalid entry makes verify fail: {verify}");
     assert!(
-        verify.contains(&format!("ok       good.main-{}", good.manifest.key)),
+        verify.contains(&format!("ok       {GOOD}-{}", good.manifest.key)),
         "{verify}"
     );
     assert!(
@@ -93,7 +102,7 @@ fn cli_ls_verify_gc() {
     );
     assert!(
         gc.lines()
-            .filter(|l| l.contains("good.main-"))
+            .filter(|l| l.contains(&format!("{GOOD}-")))
             .all(|l| l.contains("~deadbeef.tmp")),
         "the good entry stays: {gc}"
     );
@@ -102,7 +111,7 @@ fn cli_ls_verify_gc() {
     let (ok, verify) = phi4mm(&["verify"]);
     assert!(ok, "{verify}");
     assert!(verify.contains("1 entries, 0 invalid"), "{verify}");
-    let again = load(&ArtifactCache::open(dir.path()).unwrap(), "good.main");
+    let again = load(&ArtifactCache::open(dir.path()).unwrap(), GOOD);
     assert!(!again.compiled, "gc kept the valid entry");
     assert_eq!(
         again.bytes, good.bytes,

@@ -148,6 +148,108 @@ fn a_batch_request_with_two_inputs_is_refused_by_its_index() {
 }
 
 #[test]
+fn a_requests_file_that_is_not_an_array_of_requests_says_what_it_must_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture().join("model");
+    for (text, saying) in [
+        (
+            r#"{"prompt": "hi"}"#,
+            "must be a JSON array of requests, like [{\"prompt\": \"Hello\"}]",
+        ),
+        (
+            r#"[{"prompt": "hi"}, {"prompt": "hi", "max_tokens": 3}]"#,
+            "request 1: unknown field `max_tokens`",
+        ),
+        ("[{", "not valid JSON"),
+    ] {
+        let file = dir.path().join("requests.json");
+        std::fs::write(&file, text).unwrap();
+        let file = file.to_str().unwrap();
+        let args = [
+            "batch",
+            "--model",
+            model.to_str().unwrap(),
+            "--requests",
+            file,
+        ];
+        refused(&args, &[file, saying]);
+    }
+}
+
+/// The model counts media; an error about one names the file the user gave.
+#[test]
+fn a_broken_media_file_is_named_by_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.png");
+    std::fs::write(&broken, b"not an image at all").unwrap();
+    let good = fixture().join("inputs/img_small.png");
+    let clip = fixture().join("inputs/audio_16k.wav");
+    let model = fixture().join("model");
+    let (model, good, broken) = (
+        model.to_str().unwrap(),
+        good.to_str().unwrap(),
+        broken.to_str().unwrap(),
+    );
+    let image_1 = format!("{broken}: image 1: ");
+    refused(
+        &[
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            "Describe both.",
+            "--image",
+            good,
+            "--image",
+            broken,
+        ],
+        &[&image_1],
+    );
+    let audio_0 = format!("{broken}: audio 0: ");
+    refused(
+        &[
+            "generate",
+            "--model",
+            model,
+            "--input-ids",
+            "1,2,3",
+            "--audio",
+            broken,
+            "--image",
+            good,
+        ],
+        &[&audio_0],
+    );
+    // The same file as a batch request's.
+    let file = dir.path().join("requests.json");
+    let request = serde_json::json!([{"prompt": "hi", "audio": [clip.to_str().unwrap(), broken]}]);
+    std::fs::write(&file, request.to_string()).unwrap();
+    let batch = [
+        "batch",
+        "--model",
+        model,
+        "--requests",
+        file.to_str().unwrap(),
+    ];
+    refused(&batch, &[&format!("request 0: {broken}: audio 1: ")]);
+}
+
+#[test]
+fn an_unknown_kernel_path_is_named_by_its_option() {
+    let model = fixture().join("model");
+    refused(
+        &[
+            "bench",
+            "--model",
+            model.to_str().unwrap(),
+            "--kernel-path",
+            "avx9000",
+        ],
+        &["--kernel-path: \"avx9000\" is not one of auto, amx, avx512, avx2, scalar"],
+    );
+}
+
+#[test]
 fn bench_checkpoint_does_not_write_over_a_folder_with_files() {
     let dir = tempfile::tempdir().unwrap();
     let kept = dir.path().join("config.json");

@@ -157,7 +157,7 @@ fn from_env() -> KernelPath {
                 best
             }
             Err(e) => {
-                eprintln!("warning: {e}; using {best}");
+                eprintln!("warning: {ENV_VAR}: {e}; using {best}");
                 best
             }
         }
@@ -172,7 +172,7 @@ pub fn parse(v: &str) -> Result<Option<KernelPath>, String> {
             .into_iter()
             .find(|p| p.name() == s)
             .map(Some)
-            .ok_or_else(|| format!("{ENV_VAR}={v} is not one of auto, amx, avx512, avx2, scalar")),
+            .ok_or_else(|| format!("{v:?} is not one of auto, amx, avx512, avx2, scalar")),
     }
 }
 
@@ -202,7 +202,11 @@ mod tests {
         }
         assert_eq!(parse("AUTO").unwrap(), None);
         let e = parse("sse2").unwrap_err();
-        assert!(e.contains(ENV_VAR) && e.contains("avx512"), "{e}");
+        // The caller names where the value came from (the env var, `--kernel-path`).
+        assert!(
+            e.contains("\"sse2\"") && e.contains("avx512") && !e.contains(ENV_VAR),
+            "{e}"
+        );
     }
 
     #[test]

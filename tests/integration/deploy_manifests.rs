@@ -130,7 +130,11 @@ fn manifests_agree_with_the_server_config_and_each_other() {
     let (file_name, text) = configmap_config(&m);
     let dir = TempDir::new("manifests");
     let path = dir.path().join(&file_name);
-    std::fs::write(&path, toml::to_string(&with_built_plugins(&text)).unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        toml::to_string(&with_built_plugins(&text, dir.path())).unwrap(),
+    )
+    .unwrap();
     let loaded = config::load(&path).unwrap_or_else(|e| panic!("the ConfigMap's config: {e}"));
     let server = loaded.server();
     let port = server.listen.parse::<SocketAddr>().unwrap().port() as i64;
@@ -313,16 +317,35 @@ fn manifests_agree_with_the_server_config_and_each_other() {
             "deploy/Containerfile does not copy {tool} beside the compiler library"
         );
     }
-    // The admin token comes from the Secret, as the env override of server.admin_token.
-    let env = container["env"].as_array().unwrap();
-    let token = env
-        .iter()
-        .find(|e| e["name"] == "SWITCHYARD__SERVER__ADMIN_TOKEN")
-        .expect("the admin token's env override");
-    let secret_ref = &token["valueFrom"]["secretKeyRef"];
-    assert_eq!(secret_ref["name"], m["Secret"]["metadata"]["name"]);
-    let key = secret_ref["key"].as_str().unwrap();
-    assert!(m["Secret"]["stringData"].get(key).is_some());
+    // The admin token is read from the Secret's file (server.admin_token_file), not passed in
+    // the environment, where /proc/<pid>/environ would show it.
+    let token_file = Path::new(
+        as_written["server"]["admin_token_file"]
+            .as_str()
+            .expect("server.admin_token_file"),
+    );
+    let secret = volume_at(token_file.parent().unwrap().to_str().unwrap());
+    assert_eq!(
+        secret["secret"]["secretName"], m["Secret"]["metadata"]["name"],
+        "{token_file:?} is not in the Secret's mount"
+    );
+    let key = token_file.file_name().unwrap().to_str().unwrap();
+    assert!(
+        m["Secret"]["stringData"].get(key).is_some(),
+        "the Secret has no key {key}"
+    );
+    // Readable by the pod's group only (fsGroup), not by every user of the node's image.
+    assert_eq!(secret["secret"]["defaultMode"], 0o440, "{secret}");
+    assert_eq!(spec["securityContext"]["fsGroup"].to_string(), image_group);
+    assert!(
+        container
+            .get("env")
+            .into_iter()
+            .flat_map(|e| e.as_array())
+            .flatten()
+            .all(|e| { !e["name"].as_str().unwrap().contains("ADMIN_TOKEN") }),
+        "the admin token is in the environment"
+    );
 
     // The Service, the budget and the pool select these pods; the pool's port is the server's.
     let service = &m["Service"]["spec"];
@@ -348,10 +371,20 @@ fn manifests_agree_with_the_server_config_and_each_other() {
     );
 }
 
-/// The ConfigMap's TOML with each plugin's container path replaced by the built plugin library
-/// of the same file name, so that the host's loader can check the rest as written.
-fn with_built_plugins(text: &str) -> toml::Table {
+/// The ConfigMap's TOML with the paths this machine lacks replaced, so that the host's loader
+/// can check the rest as written: each plugin's by the built library of the same file name, and
+/// the admin token's file (the Secret's mount) by one written into `dir`.
+fn with_built_plugins(text: &str, dir: &Path) -> toml::Table {
     let mut config: toml::Table = toml::from_str(text).unwrap();
+    let server = config.get_mut("server").unwrap().as_table_mut().unwrap();
+    if server.contains_key("admin_token_file") {
+        let token = dir.join("admin-token");
+        std::fs::write(&token, "a-token-as-long-as-the-secrets\n").unwrap();
+        server.insert(
+            "admin_token_file".into(),
+            token.display().to_string().into(),
+        );
+    }
     for plugin in config.get_mut("plugins").unwrap().as_array_mut().unwrap() {
         let path = plugin["path"].as_str().unwrap().to_string();
         let built = phi4mm_lib();
@@ -381,7 +414,7 @@ fn share_the_iree_cache(dir: &Path) {
 /// The ConfigMap's TOML with all its container paths replaced: the built plugins, the fixture
 /// checkpoint, and a private cache.
 fn config_for_this_machine(text: &str, cache: &Path) -> String {
-    let mut config = with_built_plugins(text);
+    let mut config = with_built_plugins(text, cache.parent().unwrap());
     let server = config.get_mut("server").unwrap().as_table_mut().unwrap();
     server.insert("cache_dir".into(), cache.display().to_string().into());
     for model in config.get_mut("models").unwrap().as_array_mut().unwrap() {

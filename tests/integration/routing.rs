@@ -154,6 +154,25 @@ async fn routes_by_name_modality_header_and_weight() {
         .chat(json!({"model": "canary", "messages": user("direct")}))
         .await;
     assert_eq!(reply.instance, "canary");
+
+    // A medium the model cannot take, sent to it by name: 400, naming the part in `param`.
+    let image = json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}});
+    let reply = server
+        .chat(json!({"model": "stable", "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "look"}, image]}]}))
+        .await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    let error = &reply.body["error"];
+    assert_eq!(error["code"], "unsupported", "{error}");
+    assert_eq!(error["param"], "messages[1].content[1]", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("model stable does not serve image requests"),
+        "{error}"
+    );
 }
 
 #[tokio::test]

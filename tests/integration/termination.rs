@@ -181,3 +181,63 @@ async fn sigterm_exits_without_waiting_for_a_creation_a_reload_left_behind() {
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(signalled.elapsed() < Duration::from_secs(30));
 }
+
+/// Ctrl-C twice at a terminal: the first starts the drain, as SIGTERM does; the second, while a
+/// stream still runs for many seconds more, ends the process at once with 130 and leaves no
+/// plugin copies behind.
+#[tokio::test]
+async fn a_second_sigint_exits_at_once_with_130() {
+    let config = format!(
+        "[server]\ndrain_timeout_secs = 60\n[[plugins]]\nname = \"echo\"\npath = \"{}\"\n\
+         [[models]]\nname = \"echo-a\"\nplugin = \"echo\"\nkind = \"echo\"\n\
+         settings = {{ token_delay_ms = 1000 }}\n",
+        plugin_lib("echo").display()
+    );
+    let mut server = Server::start(&config).await;
+    // 30 words at a second each: the drain would wait for it.
+    let words: Vec<String> = (0..30).map(|i| format!("w{i}")).collect();
+    let response = server
+        .http
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&json!({"model": "echo-a", "messages": user(&words.join(" ")), "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    stream
+        .next()
+        .await
+        .expect("the stream's first bytes")
+        .unwrap();
+    server.interrupt();
+    // Draining: the first SIGINT is the graceful one.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ready = server.http.get(format!("{}/ready", server.base)).send();
+        if ready.await.unwrap().status() == 503 {
+            break;
+        }
+        assert!(Instant::now() < until, "/ready still 200 after SIGINT");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        server.wait_exit(Duration::from_secs(1)).await.is_none(),
+        "the first SIGINT did not wait for the stream"
+    );
+    // This process's plugin copy, which the forced exit must remove.
+    let copies = server
+        .dir
+        .path()
+        .join(format!("cache/switchyard/shadow/{}", server.pid()));
+    assert!(copies.is_dir(), "no plugin copies at {copies:?}");
+    server.interrupt();
+    let status = server
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("still running 10 s after a second SIGINT");
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let log = server.log();
+    assert!(log.contains("a second SIGINT"), "{log}");
+    assert!(!copies.exists(), "plugin copies left behind at {copies:?}");
+}

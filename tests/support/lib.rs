@@ -270,6 +270,11 @@ impl Server {
         self.signal("-TERM");
     }
 
+    /// Sends SIGINT (Ctrl-C at a terminal).
+    pub fn interrupt(&self) {
+        self.signal("-INT");
+    }
+
     /// Sends SIGHUP (reload the config).
     pub fn hang_up(&self) {
         self.signal("-HUP");

@@ -39,6 +39,11 @@ pub struct ServerConfig {
     /// When set, `/admin/*` is also served on the main listener behind `Authorization: Bearer`.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// A file holding the admin token (a mounted Secret), read at start instead of
+    /// `admin_token`, which then holds its contents: a secret in a file stays out of the
+    /// process's environment, which `/proc/<pid>/environ` and crash reports show.
+    #[serde(default)]
+    pub admin_token_file: Option<PathBuf>,
     /// Largest accepted request body, in bytes (HTTP 413 above).
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
@@ -179,6 +184,7 @@ impl Default for ServerConfig {
             listen: default_listen(),
             admin_listen: None,
             admin_token: None,
+            admin_token_file: None,
             max_body_bytes: default_max_body(),
             max_buffered_body_bytes: None,
             drain_timeout_secs: default_drain(),
@@ -237,6 +243,10 @@ impl ServerConfig {
             ("listen", self.listen == new.listen),
             ("admin_listen", self.admin_listen == new.admin_listen),
             ("admin_token", self.admin_token == new.admin_token),
+            (
+                "admin_token_file",
+                self.admin_token_file == new.admin_token_file,
+            ),
             ("max_body_bytes", self.max_body_bytes == new.max_body_bytes),
             (
                 "max_buffered_body_bytes",
@@ -547,6 +557,31 @@ fn first_null(value: &serde_json::Value) -> Option<String> {
     }
 }
 
+/// The most bytes an admin token file may hold: a token is tens of characters.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// An admin token file's contents: a regular file (a FIFO or a device such as `/dev/zero`
+/// would hang or exhaust the start) of at most 4 KiB.
+fn read_token_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    // Checked before the open, which would block on a FIFO until a writer came.
+    if !std::fs::metadata(path)
+        .map_err(|e| e.to_string())?
+        .is_file()
+    {
+        return Err("not a regular file".into());
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut token = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut token)
+        .map_err(|e| e.to_string())?;
+    if token.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(format!("longer than {MAX_TOKEN_FILE_BYTES} bytes"));
+    }
+    Ok(token)
+}
+
 /// Checks the config as a whole: every reference resolves, names are unique, values are sane.
 /// Plugin files are only checked for existence here; the registry checks their contents.
 pub fn validate(
@@ -564,6 +599,27 @@ pub fn validate(
     })
     .unwrap_or_else(|_| base.to_path_buf());
     let mut errors = Vec::new();
+    let mut token_key = "server.admin_token";
+    if let Some(file) = &config.server.admin_token_file {
+        if config.server.admin_token.is_some() {
+            errors.push(
+                "server.admin_token_file: set either admin_token or admin_token_file, not both"
+                    .into(),
+            );
+        } else {
+            let path = base.join(file);
+            match read_token_file(&path) {
+                Ok(token) => {
+                    config.server.admin_token = Some(token);
+                    token_key = "server.admin_token_file";
+                }
+                Err(why) => errors.push(format!(
+                    "server.admin_token_file: cannot read {}: {why}",
+                    path.display()
+                )),
+            }
+        }
+    }
     if let Some(token) = &mut config.server.admin_token {
         // A token read from a file (a Kubernetes Secret made with `--from-file`, `$(cat …)`)
         // ends with a newline no client sends: kept, it would refuse every request.
@@ -588,11 +644,10 @@ pub fn validate(
         }
     }
     if matches!(&server.admin_token, Some(t) if t.len() < 16) {
-        errors.push(
-            "server.admin_token: must be at least 16 characters (leading and trailing whitespace \
-             is not counted)"
-                .into(),
-        );
+        errors.push(format!(
+            "{token_key}: the token must be at least 16 characters (leading and trailing \
+             whitespace is not counted)"
+        ));
     }
     if server.max_body_bytes < 1024 {
         errors.push("server.max_body_bytes: must be at least 1024".into());
@@ -849,6 +904,46 @@ mod tests {
             let err = token(short).unwrap_err();
             assert!(err.to_string().contains("server.admin_token"), "{err}");
         }
+    }
+
+    #[test]
+    fn an_admin_token_file_is_read_trimmed_and_every_misuse_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "abcdefghijklmnopqrstuvwx\n").unwrap();
+        std::fs::write(dir.path().join("short"), "abc\n").unwrap();
+        std::fs::write(dir.path().join("long"), "a".repeat(5000)).unwrap();
+        let check_in = |server: &str| {
+            from_toml_str(&format!("[server]\n{server}\n"), dir.path())
+                .map(|c| c.server().admin_token.clone())
+                .map_err(|e| e.to_string())
+        };
+        // Relative to the config's directory, like every other path.
+        assert_eq!(
+            check_in("admin_token_file = \"token\"").unwrap().as_deref(),
+            Some("abcdefghijklmnopqrstuvwx")
+        );
+        let both = check_in("admin_token_file = \"token\"\nadmin_token = \"abcdefghijklmnopq\"");
+        assert!(both.unwrap_err().contains("not both"));
+        let missing = check_in("admin_token_file = \"absent\"").unwrap_err();
+        assert!(
+            missing.contains("server.admin_token_file: cannot read") && missing.contains("absent"),
+            "{missing}"
+        );
+        for (device, why) in [
+            ("/dev/zero", "not a regular file"),
+            ("long", "longer than 4096"),
+        ] {
+            let err = check_in(&format!("admin_token_file = {device:?}")).unwrap_err();
+            assert!(
+                err.contains("server.admin_token_file") && err.contains(why),
+                "{err}"
+            );
+        }
+        let short = check_in("admin_token_file = \"short\"").unwrap_err();
+        assert!(
+            short.contains("server.admin_token_file: the token must be at least 16"),
+            "{short}"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 use switchyard_plugin_api::{
-    ApiVersion, Endpoint, Modality, ModelBox, ModelKindInfo, ModelResources, ModelStats,
+    ApiVersion, Endpoint, Modality, ModelBox, ModelKindInfo, ModelResources, ModelStats, Part,
     PluginError, Prompt, Request,
 };
 use tokio::sync::Notify;
@@ -243,8 +243,12 @@ pub struct Instance {
 /// Why an instance did not take a request.
 #[derive(Debug)]
 pub enum Refusal {
-    /// The instance does not serve this endpoint/modality.
-    Unsupported(String),
+    /// The instance does not serve this endpoint/modality; `part` is the first medium it cannot
+    /// take (message, part), which the error names as its `param`.
+    Unsupported {
+        message: String,
+        part: Option<(usize, usize)>,
+    },
     /// Full (host admission limit or the plugin's queue): try a fallback, else 429.
     Full(String),
     /// Draining or stopped: try a fallback, else 503.
@@ -255,10 +259,34 @@ pub enum Refusal {
     OverCap(OverCap),
 }
 
+/// The first image or audio part (message, part) whose modality the model does not take even
+/// with text alone (`accepts`); `None` when each kind is taken alone and only their mix is not.
+fn first_refused_medium(
+    request: &Request,
+    accepts: impl Fn(Modality) -> bool,
+) -> Option<(usize, usize)> {
+    request
+        .messages
+        .iter()
+        .enumerate()
+        .find_map(|(i, message)| {
+            message.parts.iter().enumerate().find_map(|(j, part)| {
+                let alone = match part {
+                    Part::Image(_) => Modality::Image,
+                    Part::Audio { .. } => Modality::Audio,
+                    Part::Text(_) => return None,
+                };
+                (!accepts(alone)).then_some((i, j))
+            })
+        })
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::Unsupported(m) | Refusal::Full(m) | Refusal::Unavailable(m) => f.write_str(m),
+            Refusal::Unsupported { message: m, .. }
+            | Refusal::Full(m)
+            | Refusal::Unavailable(m) => f.write_str(m),
             Refusal::Failed(e) => f.write_str(&e.message),
             Refusal::OverCap(c) => write!(f, "{}: {}", c.param, c.message),
         }
@@ -414,21 +442,29 @@ impl Instance {
         let request = &submission.request;
         let modality = request.modality();
         if !self.kind.accepts(request.endpoint, modality) {
-            return Err(Refusal::Unsupported(format!(
-                "model {} does not serve {modality} requests on the {} endpoint",
-                self.name,
-                submission.endpoint_name()
-            )));
+            return Err(Refusal::Unsupported {
+                message: format!(
+                    "model {} does not serve {modality} requests on the {} endpoint",
+                    self.name,
+                    submission.endpoint_name()
+                ),
+                part: first_refused_medium(request, |alone| {
+                    self.kind.accepts(request.endpoint, alone)
+                }),
+            });
         }
         let api = self.plugin.manifest.api_version;
         // A 2.0 plugin's export glue does not look for a prompt in the request.
         if submission.prompt.is_some() && !api.accepts(RAW_PROMPTS) {
-            return Err(Refusal::Unsupported(format!(
-                "model {} does not serve the completions endpoint: its plugin {} was built \
-                 against plugin API {api}, and raw prompts need {RAW_PROMPTS}",
-                self.name,
-                self.plugin_label()
-            )));
+            return Err(Refusal::Unsupported {
+                message: format!(
+                    "model {} does not serve the completions endpoint: its plugin {} was built \
+                     against plugin API {api}, and raw prompts need {RAW_PROMPTS}",
+                    self.name,
+                    self.plugin_label()
+                ),
+                part: None,
+            });
         }
         if self.state() != InstanceState::Ready {
             return Err(Refusal::Unavailable(format!(

@@ -95,7 +95,10 @@ pub fn dispatch(
                 Ok(events) => return Ok(events.with_deadline(deadline, timeout_secs)),
                 Err(Refusal::Full(m)) => full = Some(m),
                 Err(Refusal::Unavailable(m)) => unavailable = Some(m),
-                Err(Refusal::Unsupported(m)) => unsupported = Some(m),
+                Err(Refusal::Unsupported { message, part }) => {
+                    let param = part.and_then(|place| PartNames::of(&submission).name(place));
+                    unsupported = Some((message, param));
+                }
                 Err(Refusal::Failed(e)) => {
                     return Err(Rejection {
                         error: ApiError::from_plugin(&e, retry_after, PartNames::of(&submission)),
@@ -114,14 +117,14 @@ pub fn dispatch(
             return Err(ApiError::overloaded(m, retry_after).into());
         }
         if unavailable.is_none() {
-            if let Some(m) = unsupported {
-                return Err(ApiError::new(
+            if let Some((message, param)) = unsupported {
+                let error = ApiError::new(
                     axum::http::StatusCode::BAD_REQUEST,
                     "invalid_request_error",
                     "unsupported",
-                    m,
-                )
-                .into());
+                    message,
+                );
+                return Err(ApiError { param, ..error }.into());
             }
         }
         // Only draining/stopped instances: a reload may have just swapped the table.

@@ -34,7 +34,8 @@ impl PartNames {
         }
     }
 
-    fn name(self, (message, part): (usize, usize)) -> Option<String> {
+    /// The request field that holds message `message`'s part `part`, if the endpoint has one.
+    pub fn name(self, (message, part): (usize, usize)) -> Option<String> {
         match self {
             Self::Chat { messages } if message < messages => {
                 Some(format!("messages[{message}].content[{part}]"))

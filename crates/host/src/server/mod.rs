@@ -161,7 +161,20 @@ pub async fn serve(
         ));
     }
 
-    wait_for_termination().await;
+    let mut interrupt = wait_for_termination().await;
+    // A person at a terminal presses Ctrl-C again to stop at once, and waits for nothing: a
+    // drain is for the clients. (A supervisor's second SIGTERM changes nothing; its SIGKILL
+    // comes at the end of its own grace period.)
+    let forced = runtime.clone();
+    tokio::spawn(async move {
+        interrupt.recv().await;
+        tracing::warn!("a second SIGINT: exiting now with 130, without waiting for the drain");
+        forced.remove_shadow_copies();
+        // `_exit`, not `exit`: the plugins' threads are still generating, and `exit` would run
+        // the loaded libraries' static destructors (IREE's, LLVM's) under them.
+        // SAFETY: `_exit` ends the process at once; nothing after it runs.
+        unsafe { libc::_exit(130) };
+    });
     let drain = Duration::from_secs_f64(runtime.current().config.server().drain_timeout_secs);
     let deadline = tokio::time::Instant::now() + drain;
     tracing::info!(
@@ -177,11 +190,14 @@ pub async fn serve(
     Ok(())
 }
 
-async fn wait_for_termination() {
+/// Waits for SIGTERM or SIGINT; returns SIGINT's stream, which stays caught for the drain.
+async fn wait_for_termination() -> tokio::signal::unix::Signal {
     use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = interrupt.recv() => {}
         _ = term.recv() => {}
     }
+    interrupt
 }

@@ -376,6 +376,26 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
         .await;
     assert_eq!(reply.content(), "still here");
     assert_eq!(server.status().await["instances"][0]["in_flight"], 0);
+    // Each failure inside the plugin is in the log, naming its instance; the refusals of bad
+    // input are not.
+    let log = server.log();
+    let faults: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("a request failed in its plugin"))
+        .collect();
+    for (what, code) in [
+        ("plugin panicked in submit", "plugin_panic"),
+        ("worker", "plugin_panic"),
+        ("the request asked to fail", "internal_error"),
+    ] {
+        assert!(
+            faults.iter().any(|l| l.contains(what)
+                && l.contains("instance=echo-a")
+                && l.contains(&format!("code=\"{code}\""))),
+            "no fault line for {what:?} ({code}) in:\n{log}"
+        );
+    }
+    assert_eq!(faults.len(), 3, "{faults:#?}");
 }
 
 #[tokio::test]

@@ -28,6 +28,7 @@ pub fn routes() -> Router<Arc<Runtime>> {
 pub async fn reload(State(runtime): State<Arc<Runtime>>) -> Response {
     // On its own task, so that a client that goes away does not cancel the reload half-way:
     // it runs to its end (or its timeouts) whatever happens to this handler.
+    tracing::info!("POST /admin/reload: reloading the configuration");
     let reloading = {
         let runtime = runtime.clone();
         tokio::spawn(async move { runtime.reload_from_file().await })

@@ -384,6 +384,7 @@ impl EventStream {
                     self.admission.mark_finished();
                 }
                 let (status, kind) = failure.recorded_as();
+                super::outcome::log_plugin_fault(self.instance(), status, kind, failure);
                 self.record.fail(status, kind);
                 self.ended = true;
             }

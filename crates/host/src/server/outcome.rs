@@ -12,7 +12,7 @@ use axum::{
     http::HeaderName,
     response::{IntoResponse, Response},
 };
-use std::sync::Arc;
+use std::{fmt::Display, sync::Arc};
 
 // Header names as constants: checked once, at compile time, not on every response.
 /// Names the instance that served a response.
@@ -87,6 +87,20 @@ fn name_instance(response: &mut Response, instance: &Instance) {
     }
 }
 
+/// Logs a request that `instance`'s plugin failed with a 500 (a panic, an internal error, a
+/// request left without its end): the client and the metrics see it, and so must the log an
+/// operator searches, naming the instance. Refusals of bad input and timeouts are not faults.
+pub fn log_plugin_fault(instance: &Instance, status: u16, code: &str, error: &dyn Display) {
+    if status == 500 {
+        tracing::warn!(
+            instance = %instance.name,
+            plugin = %instance.plugin_label(),
+            code,
+            "a request failed in its plugin: {error}"
+        );
+    }
+}
+
 /// The response to a request to `endpoint` (its name in the metrics), with a refusal counted.
 pub fn respond(
     metrics: &Metrics,
@@ -97,6 +111,9 @@ pub fn respond(
         Ok(served) => served.into_response(),
         Err(Refused { model, error, by }) => {
             let code = error.code;
+            if let Some(instance) = &by {
+                log_plugin_fault(instance, error.status.as_u16(), code, &error.message);
+            }
             let mut response = error.into_response();
             let status = response.status().as_u16();
             let series = by.map(|instance| {

@@ -272,6 +272,66 @@ async fn connections_beyond_max_connections_wait() {
     assert_eq!(r.status(), 200);
 }
 
+/// A client that stops reading a long stream: its writes wait on a full socket, and after
+/// `write_timeout_secs` the server closes the connection, ending the request and freeing the
+/// model's one `max_in_flight` place, though the client still holds its socket open.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_after_write_timeout_secs() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start(&config("write_timeout_secs = 2", "", "max_in_flight = 1")).await;
+    // About 8 MB of chunks (4096 words of 200 bytes, each with its log probability's bytes),
+    // more than the socket buffers hold (tcp_wmem's 4 MiB at most, and a 4 KiB receive buffer).
+    let word = "w".repeat(200);
+    let prompt = vec![word.as_str(); 4096].join(" ");
+    let body =
+        json!({"model": "chat", "messages": user(&prompt), "stream": true, "logprobs": true})
+            .to_string();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr = server.base.trim_start_matches("http://").parse().unwrap();
+    let mut held = socket.connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    held.write_all(head.as_bytes()).await.unwrap();
+    held.write_all(body.as_bytes()).await.unwrap();
+    // The answer has begun (its head and first chunks); from here on nothing is read.
+    let mut first = [0u8; 1024];
+    let n = held.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let stalled = Instant::now();
+
+    let short = || server.chat(json!({"model": "chat", "messages": user("hi")}));
+    let reply = short().await;
+    assert_eq!(
+        reply.status, 429,
+        "the stalled stream does not hold its place: {:?}",
+        reply.body
+    );
+    loop {
+        let reply = short().await;
+        if reply.status == 200 {
+            break;
+        }
+        assert_eq!(reply.status, 429, "{:?}", reply.body);
+        assert!(
+            stalled.elapsed() < Duration::from_secs(30),
+            "the stalled stream still holds max_in_flight after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Not before the write had waited (the timeout is 2 s; the stream may have filled the
+    // buffers a little after its first bytes).
+    assert!(
+        stalled.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        stalled.elapsed()
+    );
+    drop(held);
+}
+
 #[tokio::test]
 async fn admin_refuses_cross_site_and_foreign_host_and_endpoints_check_content_types() {
     let server = Server::start(&config("", "", "")).await;

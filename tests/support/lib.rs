@@ -308,15 +308,35 @@ impl Server {
         path: &str,
         body: &serde_json::Value,
     ) -> (u16, serde_json::Value) {
-        let r = self
+        let sent = self
             .http
             .post(format!("{}{path}", self.base))
             .json(body)
             .send()
-            .await
-            .unwrap();
+            .await;
+        let r = self.answered(sent);
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// The response to a request sent to this server; a request that got none fails the test
+    /// with why, whether the server still runs, and the end of its log (a transport error
+    /// alone does not say whether the server crashed or closed the connection).
+    pub fn answered(&self, sent: reqwest::Result<reqwest::Response>) -> reqwest::Response {
+        sent.unwrap_or_else(|e| {
+            let pid = self.child.as_ref().map(|c| c.id());
+            let state = pid
+                .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+                .and_then(|stat| Some(stat.rsplit_once(')')?.1.split_whitespace().next()?.to_owned()))
+                .unwrap_or_else(|| "gone".into());
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "no response: {e:?}\nserver pid {pid:?}, process state {state}; the end of its log:\n{}",
+                tail.join("\n")
+            )
+        })
     }
 
     pub fn log(&self) -> String {
@@ -338,26 +358,24 @@ impl Server {
     }
 
     pub async fn reload(&self) -> (u16, serde_json::Value) {
-        let r = self
+        let sent = self
             .http
             .post(format!("{}/admin/reload", self.admin))
             .header("content-type", "application/json")
             .send()
-            .await
-            .unwrap();
+            .await;
+        let r = self.answered(sent);
         let status = r.status().as_u16();
         (status, r.json().await.unwrap())
     }
 
     pub async fn status(&self) -> serde_json::Value {
-        self.http
+        let sent = self
+            .http
             .get(format!("{}/admin/status", self.admin))
             .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+            .await;
+        self.answered(sent).json().await.unwrap()
     }
 
     /// Polls `/admin/status` until `ready` holds for it, and returns that status; fails the test
@@ -379,14 +397,8 @@ impl Server {
     }
 
     pub async fn metrics(&self) -> String {
-        self.http
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        let sent = self.http.get(format!("{}/metrics", self.base)).send().await;
+        self.answered(sent).text().await.unwrap()
     }
 
     /// Non-streaming chat: (status, served-by plugin header, body).
@@ -406,7 +418,7 @@ impl Server {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let r = req.send().await.unwrap();
+        let r = self.answered(req.send().await);
         let status = r.status().as_u16();
         let header = |name: &str| {
             r.headers()
@@ -443,7 +455,7 @@ impl Server {
         body: serde_json::Value,
     ) -> impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> {
         use futures_util::StreamExt;
-        let response = self.chat_request(&body).send().await.unwrap();
+        let response = self.answered(self.chat_request(&body).send().await);
         let mut stream = response.bytes_stream();
         let _first = stream.next().await.unwrap().unwrap();
         stream
@@ -471,15 +483,15 @@ impl Server {
             .post(format!("{}/v1/audio/transcriptions", self.base))
             .multipart(form)
             .send()
-            .await
-            .unwrap();
+            .await;
+        let r = self.answered(r);
         (r.status().as_u16(), r.text().await.unwrap())
     }
 
     /// Streaming chat, read to the end.
     pub async fn chat_stream(&self, body: serde_json::Value) -> StreamReply {
         use futures_util::StreamExt;
-        let r = self.chat_request(&body).send().await.unwrap();
+        let r = self.answered(self.chat_request(&body).send().await);
         let status = r.status().as_u16();
         let plugin = r
             .headers()

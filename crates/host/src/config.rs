@@ -76,6 +76,10 @@ pub struct ServerConfig {
     /// A request's whole body must arrive within this time after its head (HTTP 408 after).
     #[serde(default = "default_body_read_timeout")]
     pub body_read_timeout_secs: f64,
+    /// A connection whose response makes no progress for this long (its client reads nothing
+    /// while a write waits) is closed, and the request it carried ends.
+    #[serde(default = "default_write_timeout")]
+    pub write_timeout_secs: f64,
     /// Connections served at once, per listener; more wait in the kernel's accept queue.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
@@ -194,6 +198,7 @@ impl Default for ServerConfig {
             cache_dir: None,
             header_read_timeout_secs: default_header_read_timeout(),
             body_read_timeout_secs: default_body_read_timeout(),
+            write_timeout_secs: default_write_timeout(),
             max_connections: default_max_connections(),
             request_timeout_secs: default_request_timeout(),
             event_buffer: default_event_buffer(),
@@ -209,6 +214,9 @@ fn default_header_read_timeout() -> f64 {
 }
 fn default_body_read_timeout() -> f64 {
     60.0
+}
+fn default_write_timeout() -> f64 {
+    30.0
 }
 fn default_max_connections() -> usize {
     1024
@@ -259,6 +267,10 @@ impl ServerConfig {
             (
                 "body_read_timeout_secs",
                 self.body_read_timeout_secs == new.body_read_timeout_secs,
+            ),
+            (
+                "write_timeout_secs",
+                self.write_timeout_secs == new.write_timeout_secs,
             ),
             (
                 "max_connections",
@@ -671,6 +683,7 @@ pub fn validate(
     for (key, secs) in [
         ("header_read_timeout_secs", server.header_read_timeout_secs),
         ("body_read_timeout_secs", server.body_read_timeout_secs),
+        ("write_timeout_secs", server.write_timeout_secs),
         ("request_timeout_secs", server.request_timeout_secs),
         ("event_send_timeout_secs", server.event_send_timeout_secs),
         ("reload_timeout_secs", server.reload_timeout_secs),

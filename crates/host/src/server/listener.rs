@@ -5,6 +5,11 @@
 //!   `accept`, so the rest wait in the kernel's queue and cost the process nothing;
 //! - hyper's `header_read_timeout` (`header_read_timeout_secs`), which also closes a kept-alive
 //!   connection that sends no next request in that time;
+//! - `write_timeout_secs` (tokio-io-timeout's write timeout on the socket): a write that waits
+//!   that long, its client reading nothing, fails, and hyper closes the connection; its
+//!   response is dropped, which cancels the request and frees its admission. Without it a
+//!   client that stopped reading held its connection, its answer's memory and its model's
+//!   `max_in_flight` place for as long as it kept the socket open;
 //! - [`read_body_within`]: the whole body within `body_read_timeout_secs` (HTTP 408), no more
 //!   than `max_body_bytes` (HTTP 413, at once when `Content-Length` says so), and within the
 //!   budget of all bodies held at once, `max_buffered_body_bytes` (HTTP 503), before the router
@@ -44,6 +49,7 @@ use tower::{Layer, ServiceExt};
 pub struct HttpLimits {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub write_timeout: Duration,
     pub max_body_bytes: usize,
     pub max_connections: usize,
     pub max_buffered_body_bytes: usize,
@@ -58,6 +64,7 @@ impl HttpLimits {
         Self {
             header_read_timeout: Duration::from_secs_f64(server.header_read_timeout_secs),
             body_read_timeout: Duration::from_secs_f64(server.body_read_timeout_secs),
+            write_timeout: Duration::from_secs_f64(server.write_timeout_secs),
             max_body_bytes: server.max_body_bytes,
             max_connections: server.max_connections,
             max_buffered_body_bytes: server.buffered_body_budget(),
@@ -121,6 +128,7 @@ pub async fn serve(
             _ = stopped(&mut stop) => break,
         };
         configure_accepted(&stream, peer);
+        let write_timeout = limits.write_timeout;
         let (app, limits) = (app.clone(), limits.clone());
         let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
             let (app, limits) = (app.clone(), limits.clone());
@@ -141,7 +149,12 @@ pub async fn serve(
                 }
             }
         });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        // The timer runs only while a write waits (the socket's buffer full): a client that
+        // reads, however slowly, is never cut.
+        let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(write_timeout));
+        let io = TokioIo::new(Box::pin(stream));
+        let connection = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");

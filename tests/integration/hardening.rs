@@ -36,6 +36,46 @@ fn parse_metrics(text: &str) -> prometheus_parse::Scrape {
     prometheus_parse::Scrape::parse(lines).unwrap_or_else(|e| panic!("{e}:\n{text}"))
 }
 
+/// An error repeats at most 64 characters of the client's own text, whatever field or header
+/// it came in: a 100 KB role, `Origin` or `Host` (a 60 KB path) is not answered in kind.
+#[tokio::test]
+async fn client_text_in_errors_is_cut_short() {
+    let server = Server::start(&config("", "", "")).await;
+    let long = "x".repeat(100_000);
+    let role = json!({"model": "chat", "messages": [{"role": long, "content": "hi"}]});
+    let reply = server.chat(role).await;
+    let get = |base: &str, path: &str| server.http.get(format!("{base}{path}"));
+    // A path of 64 KiB or more is hyper's 414 (the URI's own limit).
+    let path = get(&server.base, &format!("/{}", &long[..60_000]))
+        .send()
+        .await
+        .unwrap();
+    let origin = get(&server.admin, "/admin/status").header("origin", format!("http://{long}"));
+    let origin = origin.send().await.unwrap();
+    let host = get(&server.admin, "/admin/status")
+        .header("host", &long)
+        .send()
+        .await
+        .unwrap();
+    let mut answers = vec![(reply.status, reply.body.to_string())];
+    for response in [path, origin, host] {
+        answers.push((response.status().as_u16(), response.text().await.unwrap()));
+    }
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [400, 404, 403, 403]);
+    for (_, body) in &answers {
+        assert!(body.len() < 1000, "{} bytes: {}", body.len(), &body[..300]);
+        let message = serde_json::from_str::<Value>(body).unwrap()["error"]["message"].clone();
+        let message = message.as_str().unwrap();
+        // Quoted, 64 characters, then the length: "xxx"… (100000 bytes).
+        assert!(
+            message.contains("\"… (") && message.contains(" bytes)"),
+            "{message}"
+        );
+        assert!(message.len() < 300, "{message}");
+    }
+}
+
 #[tokio::test]
 async fn hostile_model_names_leave_metrics_parseable_and_the_same_size() {
     let server = Server::start(&config("", "", "")).await;

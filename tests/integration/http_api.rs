@@ -467,7 +467,7 @@ async fn health_ready_models_and_metrics() {
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("GET /v1/chat/completion"),
+            .contains(r#"GET "/v1/chat/completion""#),
         "{body}"
     );
 }

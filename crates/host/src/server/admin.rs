@@ -184,7 +184,10 @@ pub async fn guard(State(guard): State<Arc<AdminGuard>>, request: Request, next:
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         if !is_loopback_origin(origin) {
-            let message = format!("admin endpoints refuse requests from origin {origin:?}");
+            let message = format!(
+                "admin endpoints refuse requests from origin {}",
+                super::error::shown(origin)
+            );
             return ApiError::forbidden("cross_site_request", message).into_response();
         }
     }
@@ -205,8 +208,9 @@ pub async fn guard(State(guard): State<Arc<AdminGuard>>, request: Request, next:
     }
     if !is_loopback_host(host) {
         let message = format!(
-            "admin endpoints without a token answer a loopback Host only, not {host:?} \
-             (DNS rebinding)"
+            "admin endpoints without a token answer a loopback Host only, not {} (DNS \
+             rebinding)",
+            super::error::shown(host)
         );
         return ApiError::forbidden("foreign_host", message).into_response();
     }

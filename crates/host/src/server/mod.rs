@@ -89,10 +89,10 @@ async fn no_such_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> e
     )
 }
 
-/// The request's path as an error names it: the client's text, echoed escaped (JSON) and cut
-/// short.
+/// The request's path as an error names it: the client's text, quoted and cut short like all
+/// client text an error repeats ([`error::shown`]).
 fn path_of(uri: &axum::http::Uri) -> String {
-    uri.path().chars().take(200).collect()
+    error::shown(uri.path())
 }
 
 /// The admin listener's router (a loopback address): the token, or a loopback peer naming a

@@ -409,7 +409,8 @@ impl ChatRequest {
                     return Err(ApiError::invalid_param(
                         format!("messages[{i}].role"),
                         format!(
-                            "role {other:?} is not supported (system, developer, user, assistant)"
+                            "role {} is not supported (system, developer, user, assistant)",
+                            super::error::shown(other)
                         ),
                     ))
                 }
@@ -494,7 +495,13 @@ impl CompletionRequest {
                 return Err(ApiError::invalid_param(
                     "prompt",
                     format!(
-                        "prompt[{at}] = {bad} is not a token id (an integer from 0 to 2^32 - 1)"
+                        "prompt[{at}] = {} is not a token id (an integer from 0 to 2^32 - 1)",
+                        // A scalar's text is short (numbers parse to 64 bits); an object may
+                        // be of any size.
+                        match bad {
+                            serde_json::Value::Object(_) => "{…}".to_string(),
+                            scalar => scalar.to_string(),
+                        }
                     ),
                 ));
             }
@@ -631,6 +638,7 @@ mod tests {
             ("[-1]", "prompt[0] = -1"),
             ("[1.5]", "prompt[0] = 1.5"),
             ("[1,2,null]", "prompt[2] = null"),
+            (r#"[{"a":"long text"}]"#, "prompt[0] = {…} is not"),
         ] {
             let body = format!(r#"{{"model":"m","prompt":{prompt}}}"#);
             let err = serde_json::from_str::<CompletionRequest>(&body)
